@@ -1,0 +1,113 @@
+"""rag-ingest: sync folders of documents into the vector store, with progress and a summary."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress as RichProgress
+from rich.table import Table
+
+from ingest import service
+from ingest.pipeline import Plan, Report
+from rag.config import Settings
+from rag.errors import RagError
+
+
+class BarProgress:
+    """Two rich bars, files and chunks, fed by the pipeline."""
+
+    def __init__(self, console: Console) -> None:
+        columns = (TextColumn("{task.description:>7}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        self.bars = RichProgress(*columns, console=console, transient=False)
+        self._files = self.bars.add_task("files", total=0)
+        self._chunks = self.bars.add_task("chunks", total=0)
+        self._console = console
+
+    def files_total(self, n: int) -> None:
+        self.bars.update(self._files, total=n)
+
+    def file_done(self, source: str, error: str | None) -> None:
+        self.bars.advance(self._files)
+        if error:
+            self._console.print(f"[red]failed[/red] {source}: {error}", highlight=False)
+
+    def chunks_added(self, n: int) -> None:
+        total = self.bars.tasks[self._chunks].total or 0
+        self.bars.update(self._chunks, total=total + n)
+
+    def chunks_written(self, n: int) -> None:
+        self.bars.advance(self._chunks, n)
+
+
+def _plan_table(plan: Plan) -> Table:
+    table = Table(title="Plan (dry run: nothing changed)")
+    table.add_column("action")
+    table.add_column("file")
+    for task in plan.tasks:
+        table.add_row(task.action, task.found.source)
+    for entry in plan.deletions:
+        table.add_row("delete", entry.source)
+    for source, error in sorted(plan.failed.items()):
+        table.add_row("fail", f"{source}: {error}")
+    table.caption = f"{len(plan.unchanged)} unchanged, {len(plan.skipped)} skipped (unsupported type)"
+    return table
+
+
+def _summary_table(report: Report) -> Table:
+    table = Table(title="Ingest summary")
+    for name in ("added", "updated", "unchanged", "deleted", "skipped", "failed", "chunks", "seconds"):
+        table.add_column(name, justify="right")
+    values = report.as_json()
+    table.add_row(*(str(len(values["failed"])) if k == "failed" else str(values[k])  # type: ignore[arg-type]
+                    for k in ("added", "updated", "unchanged", "deleted", "skipped", "failed", "chunks", "seconds")))
+    return table
+
+
+def _plan_json(plan: Plan) -> dict[str, object]:
+    return {"add": [t.found.source for t in plan.tasks if t.action == "add"],
+            "update": [t.found.source for t in plan.tasks if t.action == "update"],
+            "delete": [e.source for e in plan.deletions], "unchanged": len(plan.unchanged),
+            "skipped": len(plan.skipped),
+            "failed": [{"path": p, "error": e} for p, e in sorted(plan.failed.items())]}
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--dry-run", is_flag=True, help="Print what would change; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary as the last line of stdout.")
+@click.option("--no-prune", is_flag=True, help="Keep documents whose files are gone from the folder.")
+def main(paths: tuple[Path, ...], dry_run: bool, as_json: bool, no_prune: bool) -> None:
+    """Ingest PDF, Markdown, TXT, HTML and DOCX files under PATHS into the vector store."""
+    console = Console(stderr=as_json)
+    try:
+        settings = Settings()
+        if dry_run:
+            _print_plan(service.dry_run(paths, settings, prune=not no_prune), console, as_json)
+            return
+        progress = BarProgress(Console(stderr=True))
+        with progress.bars:
+            _, report = service.sync(paths, settings, prune=not no_prune, progress=progress)
+    except RagError as exc:
+        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        sys.exit(2)
+    _print_report(report, console, as_json)
+    sys.exit(1 if report.failed else 0)
+
+
+def _print_plan(plan: Plan, console: Console, as_json: bool) -> None:
+    console.print(_plan_table(plan))
+    if as_json:
+        print(json.dumps(_plan_json(plan), ensure_ascii=False))
+
+
+def _print_report(report: Report, console: Console, as_json: bool) -> None:
+    for source, error in sorted(report.failed.items()):
+        console.print(f"[red]failed[/red] {source}: {error}", highlight=False)
+    console.print(_summary_table(report))
+    if as_json:
+        print(json.dumps(report.as_json(), ensure_ascii=False))

@@ -1,0 +1,198 @@
+"""Format loaders: bytes of one file → titled sections with page numbers and heading paths."""
+
+from __future__ import annotations
+
+import io
+import re
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import PurePath
+
+import yaml
+
+# A zip member (DOCX) may not expand past this: guards against decompression bombs.
+MAX_UNZIPPED_BYTES = 200 * 1024 * 1024
+_MD_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
+_FRONT_MATTER = re.compile(r"\A---\s*\n(.*?)\n---\s*\n", re.DOTALL)
+
+
+class LoadError(Exception):
+    """A file that cannot be read as a document; the message is shown to the user as is."""
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """A run of text under one heading path (and, for PDF, on one page)."""
+
+    text: str
+    page: int | None = None
+    headings: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class LoadedDoc:
+    """What a loader found in a file."""
+
+    title: str
+    sections: list[Section]
+    groups: tuple[str, ...] = field(default_factory=tuple)
+
+
+class SectionBuilder:
+    """Collects lines under the current heading path; emits one Section per heading run."""
+
+    def __init__(self) -> None:
+        self._path: list[tuple[int, str]] = []
+        self._lines: list[str] = []
+        self._sections: list[Section] = []
+
+    def heading(self, level: int, text: str) -> None:
+        """Close the running section and enter a heading of the given level (1 = top)."""
+        self._flush()
+        self._path = [(lvl, h) for lvl, h in self._path if lvl < level]
+        if text:
+            self._path.append((level, text))
+
+    def add(self, line: str) -> None:
+        """Append a line of body text under the current heading path."""
+        self._lines.append(line)
+
+    def finish(self) -> list[Section]:
+        """All sections collected, in document order."""
+        self._flush()
+        return self._sections
+
+    def _flush(self) -> None:
+        body = "\n".join(self._lines).strip()
+        if body:
+            self._sections.append(Section(body, headings=tuple(h for _, h in self._path)))
+        self._lines.clear()
+
+
+def decode_text(data: bytes) -> str:
+    """Strict UTF-8 (BOM allowed, UTF-16 with BOM accepted); binary and invalid bytes are errors."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return data.decode("utf-16")
+    if b"\x00" in data[:8192]:
+        raise LoadError("binary file, not text (contains NUL bytes)")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise LoadError(f"not valid UTF-8 text (bad byte 0x{data[exc.start]:02x} at offset {exc.start})") from exc
+
+
+def parse_groups(value: object) -> tuple[str, ...]:
+    """Access groups from front matter or a sidecar: a list or a comma-separated string."""
+    if value is None:
+        return ()
+    items = value if isinstance(value, list) else str(value).split(",")
+    return tuple(sorted({str(item).strip() for item in items if str(item).strip()}))
+
+
+def load_text(data: bytes, name: str) -> LoadedDoc:
+    """Plain text (and reStructuredText): one section."""
+    return LoadedDoc(title=PurePath(name).stem, sections=[Section(decode_text(data))])
+
+
+def load_markdown(data: bytes, name: str) -> LoadedDoc:
+    """Markdown: optional YAML front matter (title, groups), sections by heading path."""
+    text = decode_text(data)
+    meta: dict[str, object] = {}
+    match = _FRONT_MATTER.match(text)
+    if match:
+        try:
+            loaded = yaml.safe_load(match.group(1))
+        except yaml.YAMLError as exc:
+            raise LoadError(f"invalid YAML front matter: {exc}") from exc
+        meta = loaded if isinstance(loaded, dict) else {}
+        text = text[match.end() :]
+    sections = _markdown_sections(text)
+    title = str(meta.get("title") or next((s.headings[0] for s in sections if s.headings), PurePath(name).stem))
+    return LoadedDoc(title=title, sections=sections, groups=parse_groups(meta.get("groups")))
+
+
+def _markdown_sections(text: str) -> list[Section]:
+    builder = SectionBuilder()
+    in_fence = False
+    for line in text.splitlines():
+        if line.lstrip().startswith(("```", "~~~")):
+            in_fence = not in_fence
+        heading = None if in_fence else _MD_HEADING.match(line)
+        if heading:
+            builder.heading(len(heading.group(1)), heading.group(2))
+        else:
+            builder.add(line)
+    return builder.finish()
+
+
+def load_pdf(data: bytes, name: str) -> LoadedDoc:
+    """PDF via pypdf: one section per page with text; encrypted, corrupt and text-less files are errors."""
+    import pypdf
+    from pypdf.errors import PdfReadError
+
+    if not data.lstrip()[:1024].startswith(b"%PDF") and b"%PDF" not in data[:1024]:
+        raise LoadError("not a PDF file (no %PDF header)")
+    try:
+        reader = pypdf.PdfReader(io.BytesIO(data))
+        if reader.is_encrypted and not reader.decrypt(""):
+            raise LoadError("encrypted PDF: a password is needed to read it")
+        pages = [(number, page.extract_text() or "") for number, page in enumerate(reader.pages, start=1)]
+        title = str((reader.metadata or {}).get("/Title") or "")
+    except LoadError:
+        raise
+    except (PdfReadError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+        raise LoadError(f"corrupt or truncated PDF: {exc}") from exc
+    sections = [Section(text.strip(), page=number) for number, text in pages if text.strip()]
+    if not sections:
+        raise LoadError(f"PDF has no extractable text in {len(pages)} page(s) (scanned? run OCR first)")
+    return LoadedDoc(title=title or PurePath(name).stem, sections=sections)
+
+
+def check_zip(data: bytes) -> zipfile.ZipFile:
+    """Open a zip container, refusing archives that expand beyond MAX_UNZIPPED_BYTES."""
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+    except zipfile.BadZipFile as exc:
+        raise LoadError(f"not a valid DOCX (zip) file: {exc}") from exc
+    expanded = sum(info.file_size for info in archive.infolist())
+    if expanded > MAX_UNZIPPED_BYTES:
+        raise LoadError(f"decompression bomb: expands to {expanded // 2**20} MiB")
+    return archive
+
+
+def load_docx(data: bytes, name: str) -> LoadedDoc:
+    """DOCX via python-docx: sections by Heading styles, tables as tab-separated rows."""
+    import docx
+
+    check_zip(data)
+    try:
+        document = docx.Document(io.BytesIO(data))
+    except Exception as exc:  # python-docx raises KeyError/ValueError/PackageNotFoundError
+        raise LoadError(f"corrupt DOCX file: {exc}") from exc
+    builder = SectionBuilder()
+    for para in document.paragraphs:
+        style = (para.style.name if para.style is not None else "") or ""
+        level = int(style.split()[-1]) if style.startswith("Heading") and style.split()[-1].isdigit() else 0
+        if level and para.text.strip():
+            builder.heading(level, para.text.strip())
+        elif para.text.strip():
+            builder.add(para.text)
+    for table in document.tables:
+        builder.heading(1, "")  # tables stand on their own, outside the last heading
+        builder.add("\n".join("\t".join(cell.text.strip() for cell in row.cells) for row in table.rows))
+    sections = builder.finish()
+    first_heading = next((s.headings[0] for s in sections if s.headings), "")
+    title = document.core_properties.title or first_heading or PurePath(name).stem
+    return LoadedDoc(title=title, sections=sections)
+
+
+LOADERS: dict[str, Callable[[bytes, str], LoadedDoc]] = {
+    ".pdf": load_pdf,
+    ".md": load_markdown,
+    ".markdown": load_markdown,
+    ".txt": load_text,
+    ".text": load_text,
+    ".rst": load_text,
+    ".docx": load_docx,
+}

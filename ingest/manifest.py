@@ -1,0 +1,90 @@
+"""The sync manifest: what was ingested from which file, with its content hash (SQLite under the data dir)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS documents (
+    scope TEXT NOT NULL,
+    doc_id TEXT NOT NULL,
+    root TEXT NOT NULL,
+    source TEXT NOT NULL,
+    content_hash TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    title TEXT NOT NULL,
+    chunk_ids TEXT NOT NULL,
+    ingested_at TEXT NOT NULL,
+    PRIMARY KEY (scope, doc_id)
+)
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One ingested file as recorded after its chunks were stored."""
+
+    doc_id: str
+    root: str
+    source: str
+    content_hash: str
+    size: int
+    mtime_ns: int
+    title: str
+    chunk_ids: tuple[str, ...]
+    ingested_at: str = ""
+
+
+class Manifest:
+    """Per-collection record of ingested files; each write is its own committed transaction."""
+
+    def __init__(self, path: Path, scope: str) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # One connection shared by the pipeline's writer thread and the caller, serialized by a lock.
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(_SCHEMA)
+        self._lock = threading.Lock()
+        self.scope = scope
+
+    def close(self) -> None:
+        """Close the database connection."""
+        self._db.close()
+
+    def entries(self, root: str | None = None) -> dict[str, Entry]:
+        """Entries by doc_id, for one ingest root or all."""
+        query = "SELECT doc_id, root, source, content_hash, size, mtime_ns, title, chunk_ids, ingested_at "
+        query += "FROM documents WHERE scope = ?" + (" AND root = ?" if root is not None else "")
+        args = (self.scope, root) if root is not None else (self.scope,)
+        with self._lock:
+            rows = self._db.execute(query, args).fetchall()
+        return {row[0]: _entry(row) for row in rows}
+
+    def put(self, entry: Entry) -> None:
+        """Record (or replace) a file after its chunks were stored."""
+        now = datetime.now(UTC).isoformat(timespec="seconds")
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO documents VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (self.scope, entry.doc_id, entry.root, entry.source, entry.content_hash, entry.size,
+                 entry.mtime_ns, entry.title, json.dumps(list(entry.chunk_ids)), now),
+            )
+
+    def remove(self, doc_id: str) -> None:
+        """Forget a file (after its chunks were deleted)."""
+        with self._lock:
+            self._db.execute("DELETE FROM documents WHERE scope = ? AND doc_id = ?", (self.scope, doc_id))
+
+    def __iter__(self) -> Iterator[Entry]:
+        return iter(self.entries().values())
+
+
+def _entry(row: tuple[str, str, str, str, int, int, str, str, str]) -> Entry:
+    return Entry(row[0], row[1], row[2], row[3], row[4], row[5], row[6], tuple(json.loads(row[7])), row[8])

@@ -1,0 +1,92 @@
+"""Parsing one file, meant to run in a worker process: bytes → loaded document → token-bounded pieces."""
+
+from __future__ import annotations
+
+import functools
+import resource
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from ingest.chunker import Piece, TokenCounter, chunk_document
+from ingest.html import load_html
+from ingest.loaders import LOADERS, LoadedDoc, LoadError, parse_groups
+
+SUPPORTED: dict[str, Callable[[bytes, str], LoadedDoc]] = {**LOADERS, ".html": load_html, ".htm": load_html}
+SIDECAR_SUFFIX = ".meta.yaml"
+WORKER_MEMORY_BYTES = 6 * 1024**3
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkSpec:
+    """How to chunk: the tokenizer's model path and the token sizes."""
+
+    tokenizer_path: str
+    size: int
+    overlap: int
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedDoc:
+    """A parsed and chunked file, ready to embed."""
+
+    title: str
+    groups: tuple[str, ...]
+    pieces: list[Piece]
+
+
+def is_supported(path: Path) -> bool:
+    """Whether a loader exists for this file's extension."""
+    return path.suffix.lower() in SUPPORTED and not path.name.endswith(SIDECAR_SUFFIX)
+
+
+def sidecar_of(path: Path) -> Path:
+    """The optional metadata file beside a document: NAME.EXT.meta.yaml with `groups: [...]`."""
+    return path.with_name(path.name + SIDECAR_SUFFIX)
+
+
+def limit_worker_memory() -> None:
+    """Cap a parse worker's address space so a decompression bomb fails there, not on the machine."""
+    resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_BYTES, WORKER_MEMORY_BYTES))
+
+
+@functools.lru_cache(maxsize=2)
+def token_counter(tokenizer_path: str) -> TokenCounter:
+    """A function counting tokens in the embedder's tokenizer (loaded once per worker process)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+    tokenizer.model_max_length = 10**9  # we only count here; the limit is enforced by the chunker
+
+    def count(text: str) -> int:
+        return len(tokenizer.encode(text, add_special_tokens=False))
+
+    return count
+
+
+def parse_file(path: str, name: str, sidecar: bytes | None, spec: ChunkSpec) -> ParsedDoc:
+    """Load and chunk one file; raises LoadError with a one-line reason when it cannot be read."""
+    data = Path(path).read_bytes()
+    if not data.strip():
+        raise LoadError("empty file")
+    loader = SUPPORTED[Path(name).suffix.lower()]
+    doc = loader(data, name)
+    groups = doc.groups
+    if sidecar is not None:
+        groups = _sidecar_groups(sidecar) or groups
+    count = token_counter(spec.tokenizer_path)
+    pieces = chunk_document(doc, count, spec.size, spec.overlap, spec.limit)
+    if not pieces:
+        raise LoadError("no text found in the document")
+    return ParsedDoc(title=doc.title, groups=groups, pieces=pieces)
+
+
+def _sidecar_groups(data: bytes) -> tuple[str, ...]:
+    try:
+        meta = yaml.safe_load(data.decode("utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise LoadError(f"invalid sidecar {SIDECAR_SUFFIX}: {exc}") from exc
+    return parse_groups(meta.get("groups")) if isinstance(meta, dict) else ()

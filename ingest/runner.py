@@ -1,0 +1,181 @@
+"""Running a sync plan: parse in a worker process (time-limited), embed in batches, write in a thread."""
+
+from __future__ import annotations
+
+import multiprocessing
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+
+from pebble import ProcessExpired, ProcessPool
+
+from ingest.loaders import LoadError
+from ingest.manifest import Entry, Manifest
+from ingest.parse import ChunkSpec, ParsedDoc, limit_worker_memory, parse_file, sidecar_of
+from ingest.pipeline import NoProgress, Plan, Progress, Report, Task, build_chunks
+from rag.embedder import Embedder, Vectors
+from rag.store import ChromaStore
+from rag.types import Chunk
+
+EMBED_GROUP = 512  # chunks per encode() call: large enough that length-sorting keeps padding low
+IN_FLIGHT = 16  # files parsed ahead of the embedder
+
+
+@dataclass(slots=True)
+class Batch:
+    """Whole documents' chunks with their vectors, handed to the writer."""
+
+    docs: list[tuple[Task, ParsedDoc, list[Chunk]]]
+    vectors: Vectors
+
+    @property
+    def chunks(self) -> list[Chunk]:
+        """Every chunk of the batch, in order."""
+        return [chunk for _, _, chunks in self.docs for chunk in chunks]
+
+
+def run_sync(plan: Plan, embedder: Embedder | None, store: ChromaStore, manifest: Manifest, spec: ChunkSpec,
+             parse_timeout: float, progress: Progress | None = None) -> Report:
+    """Carry out a plan; failures of single files are reported, never fatal; store errors are raised."""
+    progress = progress or NoProgress()
+    if plan.tasks and embedder is None:
+        raise ValueError("an embedder is needed when the plan has files to ingest")
+    started = time.perf_counter()
+    report = Report(unchanged=len(plan.unchanged), skipped=len(plan.skipped), failed=dict(plan.failed))
+    progress.files_total(len(plan.tasks))
+    writer = _Writer(store, manifest, report, progress)
+    try:
+        parsed = _parse_all(plan.tasks, spec, parse_timeout, report, progress)
+        for batch in _embed(parsed, embedder, progress) if embedder else ():
+            writer.put(batch)
+    finally:
+        writer.close()
+    for entry in plan.deletions:
+        store.delete(sorted(store.ids_of_document(entry.doc_id) | set(entry.chunk_ids)))
+        manifest.remove(entry.doc_id)
+        report.deleted += 1
+    report.chunks = store.count()
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _parse_all(tasks: list[Task], spec: ChunkSpec, timeout: float, report: Report,
+               progress: Progress) -> Iterator[tuple[Task, ParsedDoc]]:
+    if not tasks:
+        return
+    # forkserver: the parent holds torch threads, which must not be forked.
+    context = multiprocessing.get_context("forkserver")
+    with ProcessPool(max_workers=1, initializer=limit_worker_memory, context=context) as pool:
+        window: deque[tuple[Task, Future[ParsedDoc]]] = deque()
+        pending = iter(tasks)
+        for task in pending:
+            window.append((task, _schedule(pool, task, spec, timeout)))
+            if len(window) >= IN_FLIGHT:
+                break
+        while window:
+            task, future = window.popleft()
+            if (following := next(pending, None)) is not None:
+                window.append((following, _schedule(pool, following, spec, timeout)))
+            result = _outcome(future, timeout)
+            if isinstance(result, str):
+                report.failed[task.found.source] = result
+                progress.file_done(task.found.source, result)
+            else:
+                yield task, result
+
+
+def _schedule(pool: ProcessPool, task: Task, spec: ChunkSpec, timeout: float) -> Future[ParsedDoc]:
+    sidecar = sidecar_of(task.found.path)
+    extra = sidecar.read_bytes() if sidecar.is_file() else None
+    args = (str(task.found.path), task.found.path.name, extra, spec)
+    return pool.schedule(parse_file, args=args, timeout=timeout)  # type: ignore[no-any-return]
+
+
+def _outcome(future: Future[ParsedDoc], timeout: float) -> ParsedDoc | str:
+    try:
+        return future.result()
+    except LoadError as exc:
+        return str(exc)
+    except FutureTimeout:
+        return f"parsing took longer than {timeout:g} s (RAG_PARSE_TIMEOUT_S); stopped"
+    except ProcessExpired as exc:
+        return f"the parser crashed or ran out of memory (exit code {exc.exitcode})"
+    except MemoryError:
+        return "the parser ran out of memory (decompression bomb?)"
+    except Exception as exc:  # a parser bug must not stop the other files
+        return f"unexpected parser error: {type(exc).__name__}: {exc}"
+
+
+def _embed(parsed: Iterator[tuple[Task, ParsedDoc]], embedder: Embedder, progress: Progress) -> Iterator[Batch]:
+    docs: list[tuple[Task, ParsedDoc, list[Chunk]]] = []
+    size = 0
+    for task, doc in parsed:
+        chunks = build_chunks(task, doc)
+        progress.chunks_added(len(chunks))
+        docs.append((task, doc, chunks))
+        size += len(chunks)
+        if size >= EMBED_GROUP:
+            yield _batch(docs, embedder)
+            docs, size = [], 0
+    if docs:
+        yield _batch(docs, embedder)
+
+
+def _batch(docs: list[tuple[Task, ParsedDoc, list[Chunk]]], embedder: Embedder) -> Batch:
+    texts = [chunk.text for _, _, chunks in docs for chunk in chunks]
+    return Batch(docs, embedder.embed_documents(texts))
+
+
+class _Writer:
+    """A thread that stores batches while the next one is embedded; records each file once it is stored."""
+
+    def __init__(self, store: ChromaStore, manifest: Manifest, report: Report, progress: Progress) -> None:
+        self._store, self._manifest, self._report, self._progress = store, manifest, report, progress
+        self._queue: queue.Queue[Batch | None] = queue.Queue(maxsize=2)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._loop, name="ingest-writer", daemon=True)
+        self._thread.start()
+
+    def put(self, batch: Batch) -> None:
+        """Queue a batch (blocks while two are waiting); raises the writer's error if it failed."""
+        self._raise()
+        self._queue.put(batch)
+
+    def close(self) -> None:
+        """Wait for queued batches to be stored; raise the writer's error if any."""
+        self._queue.put(None)
+        self._thread.join()
+        self._raise()
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _loop(self) -> None:
+        while (batch := self._queue.get()) is not None:
+            if self._error is None:
+                try:
+                    self._store_batch(batch)
+                except BaseException as exc:  # handed to the main thread, which raises it
+                    self._error = exc
+
+    def _store_batch(self, batch: Batch) -> None:
+        self._store.upsert(batch.chunks, batch.vectors)
+        for task, doc, chunks in batch.docs:
+            ids = tuple(chunk.chunk_id for chunk in chunks)
+            # New chunks are in place before old ones go: the file is never missing from search.
+            self._store.delete(sorted(self._store.ids_of_document(task.doc_id) - set(ids)))
+            found = task.found
+            self._manifest.put(Entry(task.doc_id, found.root.as_posix(), found.source, task.content_hash,
+                                     found.size, found.mtime_ns, doc.title, ids))
+            if task.action == "add":
+                self._report.added += 1
+            else:
+                self._report.updated += 1
+            self._progress.file_done(found.source, None)
+            self._progress.chunks_written(len(chunks))

