@@ -146,7 +146,9 @@ def load_pdf(data: bytes, name: str) -> LoadedDoc:
     sections = [Section(text.strip(), page=number) for number, text in pages if text.strip()]
     if not sections:
         raise LoadError(f"PDF has no extractable text in {len(pages)} page(s) (scanned? run OCR first)")
-    return LoadedDoc(title=title or PurePath(name).stem, sections=sections)
+    # Generators often stamp placeholder titles; the file name says more than those.
+    useful = title.strip() and title.strip().lower() not in {"untitled", "untitled document", "microsoft word"}
+    return LoadedDoc(title=title.strip() if useful else PurePath(name).stem, sections=sections)
 
 
 def check_zip(data: bytes) -> zipfile.ZipFile:

@@ -1,0 +1,79 @@
+"""Shared fixtures: the real bundled MiniLM (loaded once) and settings over temporary data dirs."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from rag.config import Settings
+from rag.embedder import Embedder, Vectors
+from rag.wiring import build_embedder
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+REPO = Path(__file__).resolve().parent.parent
+SAMPLES = REPO / "data" / "samples"
+
+
+class CountingEmbedder(Embedder):
+    """The real embedder, counting how many texts it embedded (to prove that skips skip)."""
+
+    def __init__(self, inner: Embedder) -> None:
+        super().__init__(inner._model, inner.name, inner.batch_size)
+        self.embedded = 0
+
+    def embed_documents(self, texts: list[str]) -> Vectors:  # type: ignore[override]
+        self.embedded += len(texts)
+        return super().embed_documents(texts)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in list(os.environ):
+        if key.startswith("RAG_"):
+            monkeypatch.delenv(key)
+
+
+@pytest.fixture(scope="session")
+def real_embedder() -> Embedder:
+    return build_embedder(Settings())
+
+
+@pytest.fixture
+def embedder(real_embedder: Embedder) -> CountingEmbedder:
+    return CountingEmbedder(real_embedder)
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings(data_dir=tmp_path / "data", _env_file=None)  # type: ignore[call-arg]
+
+
+@pytest.fixture
+def docs(tmp_path: Path) -> Path:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture
+def write(docs: Path) -> Callable[[str, str | bytes], Path]:
+    def _write(name: str, content: str | bytes) -> Path:
+        path = docs / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content, encoding="utf-8")
+        return path
+
+    return _write
+
+
+@pytest.fixture
+def cli_env(settings: Settings) -> Iterator[dict[str, str]]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAG_")}
+    env["RAG_DATA_DIR"] = str(settings.data_dir)
+    yield env
