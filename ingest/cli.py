@@ -14,7 +14,7 @@ from rich.table import Table
 
 from ingest import service
 from ingest.pipeline import Plan, Report
-from rag.config import Settings
+from rag.config import load_settings
 from rag.errors import RagError
 
 
@@ -34,7 +34,7 @@ class BarProgress:
     def file_done(self, source: str, error: str | None) -> None:
         self.bars.advance(self._files)
         if error:
-            self._console.print(f"[red]failed[/red] {source}: {error}", highlight=False)
+            self._console.print(f"[red]failed[/red] {source}: {error}", highlight=False, soft_wrap=True)
 
     def chunks_added(self, n: int) -> None:
         total = self.bars.tasks[self._chunks].total or 0
@@ -85,7 +85,7 @@ def main(paths: tuple[Path, ...], dry_run: bool, as_json: bool, no_prune: bool) 
     """Ingest PDF, Markdown, TXT, HTML and DOCX files under PATHS into the vector store."""
     console = Console(stderr=as_json)
     try:
-        settings = Settings()
+        settings = load_settings()
         if dry_run:
             _print_plan(service.dry_run(paths, settings, prune=not no_prune), console, as_json)
             return
@@ -93,7 +93,7 @@ def main(paths: tuple[Path, ...], dry_run: bool, as_json: bool, no_prune: bool) 
         with progress.bars:
             _, report = service.sync(paths, settings, prune=not no_prune, progress=progress)
     except RagError as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        Console(stderr=True).print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         sys.exit(2)
     _print_report(report, console, as_json)
     sys.exit(1 if report.failed else 0)
@@ -107,7 +107,7 @@ def _print_plan(plan: Plan, console: Console, as_json: bool) -> None:
 
 def _print_report(report: Report, console: Console, as_json: bool) -> None:
     for source, error in sorted(report.failed.items()):
-        console.print(f"[red]failed[/red] {source}: {error}", highlight=False)
+        Console(stderr=True).print(f"[red]failed[/red] {source}: {error}", highlight=False, soft_wrap=True)
     console.print(_summary_table(report))
     if as_json:
         print(json.dumps(report.as_json(), ensure_ascii=False))

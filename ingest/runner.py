@@ -22,7 +22,6 @@ from rag.embedder import Embedder, Vectors
 from rag.store import ChromaStore
 from rag.types import Chunk
 
-EMBED_GROUP = 512  # chunks per encode() call: large enough that length-sorting keeps padding low
 IN_FLIGHT = 16  # files parsed ahead of the embedder
 
 
@@ -40,7 +39,7 @@ class Batch:
 
 
 def run_sync(plan: Plan, embedder: Embedder | None, store: ChromaStore, manifest: Manifest, spec: ChunkSpec,
-             parse_timeout: float, progress: Progress | None = None) -> Report:
+             parse_timeout: float, progress: Progress | None = None, batch_chunks: int = 512) -> Report:
     """Carry out a plan; failures of single files are reported, never fatal; store errors are raised."""
     progress = progress or NoProgress()
     if plan.tasks and embedder is None:
@@ -51,7 +50,7 @@ def run_sync(plan: Plan, embedder: Embedder | None, store: ChromaStore, manifest
     writer = _Writer(store, manifest, report, progress)
     try:
         parsed = _parse_all(plan.tasks, spec, parse_timeout, report, progress)
-        for batch in _embed(parsed, embedder, progress) if embedder else ():
+        for batch in _embed(parsed, embedder, progress, batch_chunks) if embedder else ():
             writer.put(batch)
     finally:
         writer.close()
@@ -111,7 +110,9 @@ def _outcome(future: Future[ParsedDoc], timeout: float) -> ParsedDoc | str:
         return f"unexpected parser error: {type(exc).__name__}: {exc}"
 
 
-def _embed(parsed: Iterator[tuple[Task, ParsedDoc]], embedder: Embedder, progress: Progress) -> Iterator[Batch]:
+def _embed(parsed: Iterator[tuple[Task, ParsedDoc]], embedder: Embedder, progress: Progress,
+           batch_chunks: int) -> Iterator[Batch]:
+    # Large batches let encode() sort by length (little padding); small ones commit files sooner.
     docs: list[tuple[Task, ParsedDoc, list[Chunk]]] = []
     size = 0
     for task, doc in parsed:
@@ -119,7 +120,7 @@ def _embed(parsed: Iterator[tuple[Task, ParsedDoc]], embedder: Embedder, progres
         progress.chunks_added(len(chunks))
         docs.append((task, doc, chunks))
         size += len(chunks)
-        if size >= EMBED_GROUP:
+        if size >= batch_chunks:
             yield _batch(docs, embedder)
             docs, size = [], 0
     if docs:

@@ -52,7 +52,8 @@ def sync(paths: Sequence[Path], settings: Settings, *, prune: bool = True, progr
             if plan.tasks and embedder is None:
                 embedder = build_embedder(settings)
             spec = chunk_spec(settings, embedder) if embedder else ChunkSpec("", 0, 0, 0)
-            report = run_sync(plan, embedder, store, manifest, spec, settings.parse_timeout_s, progress)
+            report = run_sync(plan, embedder, store, manifest, spec, settings.parse_timeout_s, progress,
+                              settings.ingest_batch_chunks)
         finally:
             manifest.close()
     return plan, report

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from rag.errors import ConfigError
 
 BUNDLED_EMBED_MODEL = "bundled:all-MiniLM-L6-v2"
 
@@ -19,6 +21,7 @@ class Settings(BaseSettings):
     embed_model: str = BUNDLED_EMBED_MODEL
     embed_device: str = "cpu"
     embed_batch_size: int = Field(default=64, ge=1)
+    ingest_batch_chunks: int = Field(default=512, ge=1)
     chroma_url: str = ""
     collection: str = "documents"
     chunk_tokens: int = Field(default=200, ge=16)
@@ -46,3 +49,14 @@ class Settings(BaseSettings):
     def max_file_bytes(self) -> int:
         """The size limit of one input file, in bytes."""
         return int(self.max_file_mb * 1024 * 1024)
+
+
+def load_settings() -> Settings:
+    """Read Settings from the environment; a bad value becomes a ConfigError naming its RAG_ variable."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"RAG_{str(err['loc'][0]).upper()}: {err['msg']} (got {err.get('input')!r})" for err in exc.errors()
+        )
+        raise ConfigError(f"invalid settings: {problems}") from exc

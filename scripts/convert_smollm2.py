@@ -62,8 +62,8 @@ def convert(out_dir: Path) -> None:
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     if getattr(model, "hf_quantizer", None) is not None:
-        model.hf_quantizer = None
-        model.is_quantized = False
+        setattr(model, "hf_quantizer", None)  # noqa: B010 (nn.Module attribute typing)
+        setattr(model, "is_quantized", False)  # noqa: B010
     if not getattr(tokenizer, "chat_template", None):
         raise SystemExit("tokenizer has no chat_template after GGUF load")
 
@@ -71,7 +71,8 @@ def convert(out_dir: Path) -> None:
     tmp.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
-    # config.json last (its presence marks a finished conversion): rename the whole folder.
+    # Write into OUT_DIR.tmp, then move into place, so OUT_DIR/config.json (the "done" marker)
+    # only ever appears next to complete weights.
     if out_dir.exists():
         for child in tmp.iterdir():
             child.replace(out_dir / child.name)

@@ -51,11 +51,12 @@ def docx_bytes(blocks: list[tuple[int, str]]) -> bytes:
 def zip_bomb_docx(expanded_mib: int = 300) -> bytes:
     """A .docx-named zip whose one member expands to `expanded_mib` MiB of zeros."""
     out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as archive:
-        with archive.open("word/document.xml", "w", force_zip64=True) as member:
-            block = b"\0" * (1 << 20)
-            for _ in range(expanded_mib):
-                member.write(block)
+    with (
+        zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as archive,
+        archive.open("word/document.xml", "w", force_zip64=True) as member,
+    ):
+        for _ in range(expanded_mib):
+            member.write(b"\0" * (1 << 20))
     return out.getvalue()
 
 

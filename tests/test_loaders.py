@@ -27,7 +27,8 @@ def test_real_chinese_pdf_pages_and_text() -> None:
 def test_markdown_heading_paths_front_matter_and_fences() -> None:
     text = (
         "---\ntitle: Leave policy\ngroups: [hr, managers]\n---\n"
-        "# Leave\nintro\n## Annual leave\n25 days.\n```\n# not a heading\n```\n### Carry over\n5 days.\n# Sick\nCall in.\n"
+        "# Leave\nintro\n## Annual leave\n25 days.\n```\n# not a heading\n```\n"
+        "### Carry over\n5 days.\n# Sick\nCall in.\n"
     )
     doc = load_markdown(text.encode(), "leave.md")
     assert doc.title == "Leave policy"

@@ -108,7 +108,8 @@ def test_access_groups_from_sidecar_and_front_matter(docs: Path, write: Write, s
 
 def test_search_finds_the_right_document_and_page(docs: Path, write: Write, settings: Settings,
                                                   embedder: CountingEmbedder) -> None:
-    write("printers.pdf", pdf_bytes(["Printer setup overview.", "To replace the toner cartridge, open the front door."]))
+    pages = ["Printer setup overview.", "To replace the toner cartridge, open the front door."]
+    write("printers.pdf", pdf_bytes(pages))
     write("vpn.md", "# VPN\nInstall WireGuard and import the company profile.")
     _sync(docs, settings, embedder)
     hits = Retriever(embedder, build_store(settings)).search("How do I change the toner?", 2)

@@ -9,7 +9,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from rag.config import Settings
+from rag.config import load_settings
 from rag.errors import RagError
 from rag.retrieve import Retriever
 from rag.types import Hit
@@ -29,11 +29,11 @@ def search(question: str, k: int | None, as_json: bool) -> None:
     """Print the chunks closest to QUESTION (source, page, score, text)."""
     console = Console()
     try:
-        settings = Settings()
+        settings = load_settings()
         retriever = Retriever(build_embedder(settings), build_store(settings))
         hits = retriever.search(question, k or settings.top_k)
     except RagError as exc:
-        Console(stderr=True).print(f"[red]error:[/red] {exc}", highlight=False)
+        Console(stderr=True).print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         sys.exit(2)
     if as_json:
         print(json.dumps({"hits": [_hit_json(hit) for hit in hits]}, ensure_ascii=False))

@@ -1,0 +1,63 @@
+"""The console scripts as a user runs them: --json contracts and exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.docs_factory import pdf_bytes
+
+BIN = Path(sys.executable).parent
+Write = Callable[[str, str | bytes], Path]
+
+
+def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_ingest_json_contract_and_exit_codes(docs: Path, write: Write, cli_env: dict[str, str]) -> None:
+    write("guide.md", "# Printers\nTo add a printer, open Settings and choose Printers.")
+    write("manual.pdf", pdf_bytes(["Page one.", "Page two mentions the firmware update."]))
+    result = _run([str(BIN / "rag-ingest"), str(docs), "--json"], cli_env)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert set(summary) == {"added", "updated", "unchanged", "deleted", "skipped", "failed", "chunks", "seconds"}
+    assert (summary["added"], summary["chunks"], summary["failed"]) == (2, 3, [])
+
+    write("broken.pdf", b"not a pdf at all")
+    result = _run([str(BIN / "rag-ingest"), str(docs), "--json"], cli_env)
+    assert result.returncode == 1
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["failed"] == [{"path": "broken.pdf", "error": "not a PDF file (no %PDF header)"}]
+    assert (summary["unchanged"], summary["chunks"]) == (2, 3)
+    assert "broken.pdf: not a PDF file" in result.stderr
+
+    search = _run([str(BIN / "rag"), "search", "how do I update the firmware", "-k", "2", "--json"], cli_env)
+    assert search.returncode == 0, search.stderr
+    hits = json.loads(search.stdout.strip().splitlines()[-1])["hits"]
+    assert set(hits[0]) == {"source", "page", "score", "chunk_id", "text"}
+    assert (hits[0]["source"], hits[0]["page"]) == ("manual.pdf", 2)
+
+
+def test_dry_run_json_and_usage_errors(docs: Path, write: Write, cli_env: dict[str, str]) -> None:
+    write("a.txt", "Alpha.")
+    dry = _run([str(BIN / "rag-ingest"), str(docs), "--dry-run", "--json"], cli_env)
+    assert dry.returncode == 0, dry.stderr
+    assert json.loads(dry.stdout.strip().splitlines()[-1])["add"] == ["a.txt"]
+    assert _run([str(BIN / "rag-ingest"), str(docs / "missing")], cli_env).returncode == 2
+    bad_env = {**cli_env, "RAG_CHUNK_TOKENS": "not-a-number"}
+    bad = _run([str(BIN / "rag-ingest"), str(docs)], bad_env)
+    assert bad.returncode == 2
+    assert "RAG_CHUNK_TOKENS" in bad.stderr or "chunk_tokens" in bad.stderr
+    too_big = _run([str(BIN / "rag-ingest"), str(docs)], {**cli_env, "RAG_CHUNK_TOKENS": "400"})
+    assert too_big.returncode == 2
+    assert "exceeds what" in too_big.stderr
+
+
+def test_search_on_empty_index_tells_to_ingest(cli_env: dict[str, str]) -> None:
+    result = _run([str(BIN / "rag"), "search", "anything"], cli_env)
+    assert result.returncode == 2
+    assert "run `rag-ingest PATH` first" in result.stderr

@@ -1,0 +1,64 @@
+"""SIGKILL during an ingest, then re-run: the collection equals a clean ingest (same ids, same count)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from rag.config import Settings
+from rag.wiring import build_store
+
+BIN = Path(sys.executable).parent
+FILES = 24
+
+
+def _corpus(folder: Path) -> None:
+    for i in range(FILES):
+        paragraphs = [f"Document {i}, paragraph {p}: " + " ".join(f"term{i}_{p}_{w}" for w in range(40))
+                      for p in range(6)]
+        (folder / f"doc{i:02d}.md").write_text(f"# Doc {i}\n\n" + "\n\n".join(paragraphs), encoding="utf-8")
+
+
+def _recorded(data_dir: Path) -> int:
+    try:
+        with sqlite3.connect(data_dir / "index" / "manifest.sqlite3", timeout=1) as db:
+            return int(db.execute("SELECT COUNT(*) FROM documents").fetchone()[0])
+    except sqlite3.Error:
+        return 0
+
+
+def _ingest(docs: Path, data_dir: Path) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAG_")}
+    env |= {"RAG_DATA_DIR": str(data_dir), "RAG_INGEST_BATCH_CHUNKS": "24"}  # files commit one by one
+    return subprocess.Popen([str(BIN / "rag-ingest"), str(docs), "--json"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def test_sigkill_mid_run_then_rerun_converges(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    _corpus(docs)
+    crashed, clean = tmp_path / "crashed", tmp_path / "clean"
+
+    process = _ingest(docs, crashed)
+    deadline = time.monotonic() + 240
+    while _recorded(crashed) == 0 and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    done_before_kill = _recorded(crashed)
+    assert 0 < done_before_kill < FILES, "the kill must land mid-run"
+
+    assert _ingest(docs, crashed).wait(timeout=600) == 0
+    assert _ingest(docs, clean).wait(timeout=600) == 0
+
+    after_crash = build_store(Settings(data_dir=crashed, _env_file=None))  # type: ignore[call-arg]
+    reference = build_store(Settings(data_dir=clean, _env_file=None))  # type: ignore[call-arg]
+    assert after_crash.count() == reference.count() > FILES
+    assert after_crash.all_ids() == reference.all_ids()
+    assert _recorded(crashed) == _recorded(clean) == FILES
