@@ -32,7 +32,8 @@ def load_html(data: bytes, name: str) -> LoadedDoc:
     title = soup.title.get_text(" ", strip=True) if soup.title else ""
     for tag in soup.find_all(_JUNK_TAGS):
         tag.decompose()
-    for tag in soup.find_all(attrs={"class": _JUNK_WORDS}) + soup.find_all(attrs={"id": _JUNK_WORDS}):
+    junk = soup.find_all(class_=_JUNK_WORDS) + soup.find_all(id=_JUNK_WORDS)
+    for tag in junk:
         if tag.name not in ("body", "html") and not tag.decomposed:
             tag.decompose()
     root = next((found for sel in _MAIN_SELECTORS if (found := soup.select_one(sel)) is not None), soup)

@@ -138,7 +138,7 @@ def load_pdf(data: bytes, name: str) -> LoadedDoc:
         if reader.is_encrypted and not reader.decrypt(""):
             raise LoadError("encrypted PDF: a password is needed to read it")
         pages = [(number, page.extract_text() or "") for number, page in enumerate(reader.pages, start=1)]
-        title = str((reader.metadata or {}).get("/Title") or "")
+        title = str(reader.metadata.get("/Title") or "") if reader.metadata else ""
     except LoadError:
         raise
     except (PdfReadError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:

@@ -92,7 +92,7 @@ def _schedule(pool: ProcessPool, task: Task, spec: ChunkSpec, timeout: float) ->
     sidecar = sidecar_of(task.found.path)
     extra = sidecar.read_bytes() if sidecar.is_file() else None
     args = (str(task.found.path), task.found.path.name, extra, spec)
-    return pool.schedule(parse_file, args=args, timeout=timeout)  # type: ignore[no-any-return]
+    return pool.schedule(parse_file, args=args, timeout=timeout)
 
 
 def _outcome(future: Future[ParsedDoc], timeout: float) -> ParsedDoc | str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -20,6 +21,7 @@ class Settings(BaseSettings):
     data_dir: Path = Path("./data")
     embed_model: str = BUNDLED_EMBED_MODEL
     embed_device: str = "cpu"
+    embed_dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     embed_batch_size: int = Field(default=64, ge=1)
     ingest_batch_chunks: int = Field(default=512, ge=1)
     chroma_url: str = ""

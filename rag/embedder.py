@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -26,7 +26,7 @@ class Embedder:
     def max_tokens(self) -> int:
         """Tokens of text one input may hold: the model's max_seq_length minus its special tokens."""
         special = len(self._model.tokenizer("", add_special_tokens=True)["input_ids"])
-        return int(self._model.max_seq_length) - special
+        return int(self._model.max_seq_length or 512) - special
 
     @property
     def dimension(self) -> int:
@@ -46,8 +46,9 @@ class Embedder:
         vectors = self._model.encode(
             list(texts), batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True
         )
-        return np.asarray(vectors, dtype=np.float32)
+        return cast(Vectors, np.asarray(vectors, dtype=np.float32))
 
     def embed_query(self, text: str) -> Vectors:
         """Embed one query; a 1-D normalized vector."""
-        return self.embed_documents([text])[0]
+        vector: Vectors = self.embed_documents([text])[0]
+        return vector

@@ -55,7 +55,7 @@ class ChromaStore:
             self._collection.upsert(
                 ids=[c.chunk_id for c in part],
                 embeddings=vectors[start : start + len(part)],
-                metadatas=[c.metadata() for c in part],  # type: ignore[misc]
+                metadatas=[c.metadata() for c in part],
                 documents=[c.text for c in part],
             )
 
@@ -76,7 +76,7 @@ class ChromaStore:
     def search(self, query: Vectors, k: int, where: dict[str, Any] | None = None) -> list[Hit]:
         """The k chunks closest to a normalized query vector, best first."""
         result = self._collection.query(
-            query_embeddings=[np.asarray(query, dtype=np.float32)],
+            query_embeddings=np.asarray([query], dtype=np.float32),
             n_results=k,
             where=where,
             include=["documents", "metadatas", "distances"],

@@ -1,0 +1,40 @@
+"""Settings: every variable documented in .env.example; bad values become clear ConfigErrors."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from rag.config import Settings, load_settings
+from rag.errors import ConfigError
+from rag.wiring import build_store, resolve_embed_model
+from tests.conftest import REPO
+
+
+def test_every_setting_is_in_env_example() -> None:
+    documented = set(re.findall(r"^(RAG_[A-Z0-9_]+)=", (REPO / ".env.example").read_text(), re.MULTILINE))
+    assert documented == {f"RAG_{name.upper()}" for name in Settings.model_fields}
+
+
+def test_bad_value_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAG_TOP_K", "0")
+    with pytest.raises(ConfigError, match="RAG_TOP_K"):
+        load_settings()
+
+
+def test_bundled_embedder_resolves_to_a_local_folder() -> None:
+    path = resolve_embed_model("bundled:all-MiniLM-L6-v2")
+    assert path.endswith("model")
+    assert resolve_embed_model("/models/other") == "/models/other"
+
+
+def test_bad_chroma_url_is_a_config_error(settings: Settings) -> None:
+    with pytest.raises(ConfigError, match="RAG_CHROMA_URL"):
+        build_store(settings.model_copy(update={"chroma_url": "chroma:8000"}))
+
+
+def test_collection_built_with_another_embedder_is_refused(settings: Settings) -> None:
+    build_store(settings)
+    with pytest.raises(ConfigError, match="was built with embedder"):
+        build_store(settings.model_copy(update={"embed_model": "some/other-model"}))
