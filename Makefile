@@ -31,7 +31,7 @@ test: setup lint
 	$(BIN)/pytest -q
 
 bench: setup
-	$(BIN)/python benchmarks/ingest_throughput.py
+	$(BIN)/python -m benchmarks.ingest_throughput
 
 clean:
 	rm -rf data/index

@@ -21,14 +21,14 @@ if [ -d "$dest" ] && [ -n "$(find "$dest" -type f -print -quit)" ]; then
   echo "$dest already has files; skipping"; exit 0
 fi
 
+mkdir -p "$dest"
+dest=$(cd "$dest" && pwd)  # absolute before we cd away
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp"
 apt-get download "$pkg" || { apt-get update; apt-get download "$pkg"; }
 dpkg -x ./*.deb root
 
-mkdir -p "$dest"
-dest=$(cd "$dest" && pwd)
 src=$(find root -type d -path '*/html/_sources' -print -quit)
 if [ -n "$src" ]; then
   cd "$src"; find . -type f -name '*.txt' -print0 | xargs -0r cp --parents -t "$dest"

@@ -14,6 +14,7 @@ import yaml
 # A zip member (DOCX) may not expand past this: guards against decompression bombs.
 MAX_UNZIPPED_BYTES = 200 * 1024 * 1024
 _MD_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
+_SETEXT = re.compile(r"^(=+|-+)\s*$")
 _FRONT_MATTER = re.compile(r"\A---\s*\n(.*?)\n---\s*\n", re.DOTALL)
 
 
@@ -114,13 +115,21 @@ def load_markdown(data: bytes, name: str) -> LoadedDoc:
 
 def _markdown_sections(text: str) -> list[Section]:
     builder = SectionBuilder()
-    in_fence = False
-    for line in text.splitlines():
+    lines = text.splitlines()
+    in_fence, skip = False, False
+    for i, line in enumerate(lines):
+        if skip:
+            skip = False
+            continue
         if line.lstrip().startswith(("```", "~~~")):
             in_fence = not in_fence
-        heading = None if in_fence else _MD_HEADING.match(line)
-        if heading:
-            builder.heading(len(heading.group(1)), heading.group(2))
+        following = lines[i + 1] if i + 1 < len(lines) else ""
+        atx = None if in_fence else _MD_HEADING.match(line)
+        if atx:
+            builder.heading(len(atx.group(1)), atx.group(2))
+        elif not in_fence and line.strip() and _SETEXT.match(following):
+            builder.heading(1 if following.strip().startswith("=") else 2, line.strip())
+            skip = True  # the underline
         else:
             builder.add(line)
     return builder.finish()

@@ -16,13 +16,32 @@ from pebble import ProcessExpired, ProcessPool
 
 from ingest.loaders import LoadError
 from ingest.manifest import Entry, Manifest
-from ingest.parse import ChunkSpec, ParsedDoc, limit_worker_memory, parse_file, sidecar_of
+from ingest.parse import ChunkSpec, ParsedDoc, init_worker, parse_file, sidecar_of
 from ingest.pipeline import NoProgress, Plan, Progress, Report, Task, build_chunks
 from rag.embedder import Embedder, Vectors
 from rag.store import ChromaStore
 from rag.types import Chunk
 
 IN_FLIGHT = 16  # files parsed ahead of the embedder
+FIRST_BATCH = 64  # the first batches are small so the embedder starts soon; they double up to the setting
+
+
+def parser_context() -> multiprocessing.context.ForkServerContext:
+    """Parse workers fork from a server that imported the parsers once (not from this process: it holds
+    torch threads, which must not be forked)."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["ingest.parse"])
+    return context
+
+
+def warm_parsers() -> threading.Thread:
+    """Start the parser fork server in the background (overlaps its imports with loading the embedder)."""
+    from multiprocessing import forkserver
+
+    parser_context()
+    thread = threading.Thread(target=forkserver.ensure_running, name="warm-parsers", daemon=True)
+    thread.start()
+    return thread
 
 
 @dataclass(slots=True)
@@ -67,9 +86,7 @@ def _parse_all(tasks: list[Task], spec: ChunkSpec, timeout: float, report: Repor
                progress: Progress) -> Iterator[tuple[Task, ParsedDoc]]:
     if not tasks:
         return
-    # forkserver: the parent holds torch threads, which must not be forked.
-    context = multiprocessing.get_context("forkserver")
-    with ProcessPool(max_workers=1, initializer=limit_worker_memory, context=context) as pool:
+    with ProcessPool(max_workers=1, initializer=init_worker, context=parser_context()) as pool:
         window: deque[tuple[Task, Future[ParsedDoc]]] = deque()
         pending = iter(tasks)
         for task in pending:
@@ -114,15 +131,15 @@ def _embed(parsed: Iterator[tuple[Task, ParsedDoc]], embedder: Embedder, progres
            batch_chunks: int) -> Iterator[Batch]:
     # Large batches let encode() sort by length (little padding); small ones commit files sooner.
     docs: list[tuple[Task, ParsedDoc, list[Chunk]]] = []
-    size = 0
+    size, threshold = 0, min(FIRST_BATCH, batch_chunks)
     for task, doc in parsed:
         chunks = build_chunks(task, doc)
         progress.chunks_added(len(chunks))
         docs.append((task, doc, chunks))
         size += len(chunks)
-        if size >= batch_chunks:
+        if size >= threshold:
             yield _batch(docs, embedder)
-            docs, size = [], 0
+            docs, size, threshold = [], 0, min(threshold * 2, batch_chunks)
     if docs:
         yield _batch(docs, embedder)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from ingest.manifest import Manifest
 from ingest.parse import ChunkSpec
 from ingest.pipeline import Plan, Progress, Report, plan_sync
-from ingest.runner import run_sync
+from ingest.runner import run_sync, warm_parsers
 from rag.config import Settings
 from rag.embedder import Embedder
 from rag.store import ChromaStore
@@ -48,6 +48,8 @@ def sync(paths: Sequence[Path], settings: Settings, *, prune: bool = True, progr
         manifest = open_manifest(settings)
         try:
             plan = plan_sync(paths, manifest, settings.max_file_bytes, prune=prune)
+            if plan.tasks:
+                warm_parsers()
             store = store or build_store(settings)
             if plan.tasks and embedder is None:
                 embedder = build_embedder(settings)

@@ -23,10 +23,10 @@ class Settings(BaseSettings):
     embed_device: str = "cpu"
     embed_dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     embed_batch_size: int = Field(default=64, ge=1)
-    ingest_batch_chunks: int = Field(default=512, ge=1)
+    ingest_batch_chunks: int = Field(default=1024, ge=1)
     chroma_url: str = ""
     collection: str = "documents"
-    chunk_tokens: int = Field(default=200, ge=16)
+    chunk_tokens: int = Field(default=250, ge=16)
     chunk_overlap_tokens: int = Field(default=32, ge=0)
     max_file_mb: float = Field(default=50.0, gt=0)
     parse_timeout_s: float = Field(default=120.0, gt=0)

@@ -88,3 +88,11 @@ def test_text_and_chinese_text() -> None:
 def test_text_errors_are_clear(data: bytes, message: str) -> None:
     with pytest.raises(LoadError, match=message.replace("(", r"\(").replace(")", r"\)")):
         decode_text(data)
+
+
+def test_markdown_setext_headings() -> None:
+    doc = load_markdown(b"Architecture\n============\n\nIntro.\n\nClusters\n--------\nOne per port.\n", "a.md")
+    assert [(s.headings, s.text) for s in doc.sections] == [
+        (("Architecture",), "Intro."),
+        (("Architecture", "Clusters"), "One per port."),
+    ]
