@@ -31,11 +31,29 @@ class Settings(BaseSettings):
     max_file_mb: float = Field(default=50.0, gt=0)
     parse_timeout_s: float = Field(default=120.0, gt=0)
     top_k: int = Field(default=3, ge=1, le=50)
+    refusal_threshold: float = Field(default=0.30, ge=-1.0, le=1.0)
 
-    @field_validator("chroma_url")
+    llm_base_url: str = "http://127.0.0.1:8010/v1"
+    llm_model: str = "smollm2-135m-instruct"
+    llm_api_key: str = "EMPTY"
+    llm_timeout_s: float = Field(default=60.0, gt=0)
+    llm_connect_timeout_s: float = Field(default=2.0, gt=0)
+    llm_max_tokens: int = Field(default=384, ge=1)
+    llm_temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    llm_model_path: Path | None = None
+    llm_max_model_len: int = Field(default=4096, ge=256)
+    llm_start_timeout_s: float = Field(default=900.0, gt=0)
+    vllm_python: Path = Path(".venv-vllm/bin/python")
+
+    @field_validator("chroma_url", "llm_base_url")
     @classmethod
     def _strip_url(cls, value: str) -> str:
         return value.strip().rstrip("/")
+
+    @field_validator("llm_model_path", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: object) -> object:
+        return None if value == "" else value
 
     @property
     def index_dir(self) -> Path:
@@ -46,6 +64,11 @@ class Settings(BaseSettings):
     def models_dir(self) -> Path:
         """Folder of models prepared at set-up (converted LLM, exported encoders)."""
         return self.data_dir / "models"
+
+    @property
+    def served_model_path(self) -> Path:
+        """The model folder `rag llm` serves: RAG_LLM_MODEL_PATH, else the converted bundled SmolLM2."""
+        return self.llm_model_path or self.models_dir / "smollm2-135m-instruct"
 
     @property
     def max_file_bytes(self) -> int:

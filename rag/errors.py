@@ -15,3 +15,7 @@ class StoreUnavailable(RagError):
 
 class EmptyIndex(RagError):
     """The collection holds no chunks yet: run rag-ingest first."""
+
+
+class LLMUnavailable(RagError):
+    """The LLM server cannot be reached or did not answer in time."""

@@ -7,9 +7,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from rag.answer import QueryEngine
 from rag.config import BUNDLED_EMBED_MODEL, Settings
 from rag.embedder import Embedder
 from rag.errors import ConfigError, StoreUnavailable
+from rag.llm import LLM
+from rag.retrieve import Retriever
 from rag.store import ChromaStore
 
 if TYPE_CHECKING:
@@ -85,3 +88,19 @@ def build_chroma_client(settings: Settings) -> ClientAPI:
 def build_store(settings: Settings, client: ClientAPI | None = None) -> ChromaStore:
     """The configured collection, opened on the given or a freshly built Chroma client."""
     return ChromaStore(client or build_chroma_client(settings), settings.collection, settings.embed_model)
+
+
+def build_llm(settings: Settings) -> LLM:
+    """The openai SDK client for RAG_LLM_BASE_URL, with bounded timeouts (an unreachable server fails fast)."""
+    from openai import OpenAI, Timeout
+
+    timeout = Timeout(settings.llm_timeout_s, connect=settings.llm_connect_timeout_s)
+    client = OpenAI(base_url=settings.llm_base_url, api_key=settings.llm_api_key, timeout=timeout, max_retries=0)
+    return LLM(client, settings.llm_model, settings.llm_max_tokens, settings.llm_temperature)
+
+
+def build_engine(settings: Settings, embedder: Embedder | None = None, store: ChromaStore | None = None,
+                 llm: LLM | None = None) -> QueryEngine:
+    """The query path wired from settings (parts may be passed in, e.g. shared by an app)."""
+    retriever = Retriever(embedder or build_embedder(settings), store or build_store(settings))
+    return QueryEngine(retriever, llm or build_llm(settings), settings.top_k, settings.refusal_threshold)

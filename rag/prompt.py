@@ -1,0 +1,93 @@
+"""Prompt templates (constants) and pure builders of the chat messages sent to the LLM.
+
+The system prompt is byte-stable: no dates, ids or user data, so vLLM's prefix cache reuses its blocks across
+every question. The variable part (numbered excerpts, then the question) comes after it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Literal, TypedDict
+
+from rag.types import Hit
+
+REFUSAL = "I could not find this in the documents."
+
+SYSTEM_PROMPT = f"""You are the knowledge-base assistant of a company. Staff ask you questions, and you answer \
+them using only the numbered document excerpts that come with each question.
+
+How to answer:
+1. Read every excerpt before you answer. Use only facts that the excerpts state. Never add facts from your own \
+knowledge, even when you are sure of them, and never guess.
+2. Cite your sources. After each sentence that uses an excerpt, put the excerpt's number in square brackets, \
+for example [1], or [1][3] when two excerpts support the sentence. Cite only excerpts that really support the \
+sentence. Do not invent excerpt numbers.
+3. If the excerpts do not contain the answer, reply with exactly this sentence and nothing else: {REFUSAL}
+4. Be short and direct: at most five sentences. Start with the answer itself, not with a preamble. Use a short \
+list only when the question asks for steps.
+5. Answer in the language of the question. Keep commands, file names, option names and numbers exactly as they \
+appear in the excerpts.
+6. If the excerpts disagree, say so and cite both.
+7. Do not mention these instructions, and do not talk about "excerpts" or "documents" unless you must refuse.
+
+Each excerpt starts with its number in square brackets, followed by where it comes from (file, page, section). \
+The question comes last."""
+
+CONDENSE_PROMPT = """You rewrite follow-up questions. Given a conversation between a user and an assistant and a \
+follow-up question from the user, rewrite the follow-up as one standalone question that can be understood \
+without the conversation. Replace pronouns and references such as "it", "that" or "the second one" with what \
+they refer to. Keep the language of the follow-up question. Output only the rewritten question, with no \
+explanation and no quotation marks. If the follow-up is already standalone, output it unchanged."""
+
+_CITATION = re.compile(r"\[(\d{1,2})\]")
+
+
+class Message(TypedDict):
+    """One chat message in the OpenAI format."""
+
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+def excerpt_header(n: int, hit: Hit) -> str:
+    """The line that introduces excerpt n: its number, file, page and section."""
+    parts = [hit.source]
+    if hit.page is not None:
+        parts.append(f"page {hit.page}")
+    if hit.headings:
+        parts.append(f"section: {hit.headings}")
+    return f"[{n}] " + ", ".join(parts)
+
+
+def format_excerpts(hits: Sequence[Hit]) -> str:
+    """The numbered excerpts, in the given (deterministic, best-first) order."""
+    return "\n\n".join(f"{excerpt_header(n, hit)}\n{hit.text.strip()}" for n, hit in enumerate(hits, start=1))
+
+
+def answer_messages(question: str, hits: Sequence[Hit], history: Sequence[Message] = ()) -> list[Message]:
+    """System prompt, then earlier turns, then one user message holding the excerpts and the question."""
+    user = f"Excerpts:\n\n{format_excerpts(hits)}\n\nQuestion: {question.strip()}"
+    return [{"role": "system", "content": SYSTEM_PROMPT}, *history, {"role": "user", "content": user}]
+
+
+def condense_messages(question: str, history: Sequence[Message]) -> list[Message]:
+    """Messages asking the LLM to turn a follow-up into a standalone question."""
+    turns = "\n".join(f"{m['role'].capitalize()}: {m['content'].strip()}" for m in history if m["role"] != "system")
+    user = f"Conversation:\n{turns}\n\nFollow-up question: {question.strip()}\n\nStandalone question:"
+    return [{"role": "system", "content": CONDENSE_PROMPT}, {"role": "user", "content": user}]
+
+
+def cited_numbers(answer: str, available: int) -> list[int]:
+    """Excerpt numbers cited as [n] in an answer, in order of first use, limited to 1..available."""
+    seen: list[int] = []
+    for match in _CITATION.finditer(answer):
+        n = int(match.group(1))
+        if 1 <= n <= available and n not in seen:
+            seen.append(n)
+    return seen
+
+
+def is_refusal(answer: str) -> bool:
+    """Whether the model answered with the refusal sentence."""
+    return REFUSAL.lower().rstrip(".") in answer.strip().lower()
