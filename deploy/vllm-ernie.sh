@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Production LLM profile: baidu/ERNIE-4.5-0.3B-PT on one NVIDIA GPU, vLLM's OpenAI-compatible server.
+# Checked against vLLM 0.20.2's source (the pinned production version): Ernie4_5ForCausalLM is in
+# vllm/model_executor/models/registry.py, "fp8" in the quantization methods, and every flag below is an
+# EngineArgs field in vllm/engine/arg_utils.py.
+#
+# The app then needs only:
+#   RAG_LLM_BASE_URL=http://<gpu-host>:8000/v1  RAG_LLM_MODEL=ernie-4.5-0.3b  RAG_LLM_API_KEY=<VLLM_API_KEY or EMPTY>
+set -euo pipefail
+
+args=(
+  "${ERNIE_MODEL:-baidu/ERNIE-4.5-0.3B-PT}"
+  --served-model-name "${SERVED_MODEL_NAME:-ernie-4.5-0.3b}"
+  --host "${HOST:-0.0.0.0}" --port "${PORT:-8000}"
+  --dtype bfloat16
+  # fp8 weights (online quantization of the bf16 checkpoint): half the weight memory, more room for KV cache.
+  --quantization fp8
+  # The system prompt is byte-stable (rag/prompt.py), so its KV blocks are computed once and reused.
+  --enable-prefix-caching
+  # 3 excerpts of <=256 tokens + ~450-token system prompt + history + a 384-token answer fit easily.
+  --max-model-len "${MAX_MODEL_LEN:-8192}"
+  --max-num-seqs "${MAX_NUM_SEQS:-256}"
+  --gpu-memory-utilization "${GPU_MEMORY_UTILIZATION:-0.85}"
+)
+if [[ -n "${VLLM_API_KEY:-}" ]]; then
+  args+=(--api-key "$VLLM_API_KEY")
+fi
+exec "${VLLM_PYTHON:-python3}" -m vllm.entrypoints.openai.api_server "${args[@]}" "$@"
