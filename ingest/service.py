@@ -7,7 +7,7 @@ import fcntl
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from ingest.manifest import Manifest
+from ingest.manifest import Entry, Manifest
 from ingest.parse import ChunkSpec
 from ingest.pipeline import Plan, Progress, Report, plan_sync
 from ingest.runner import run_sync, warm_parsers
@@ -68,3 +68,26 @@ def dry_run(paths: Sequence[Path], settings: Settings, *, prune: bool = True) ->
         return plan_sync(paths, manifest, settings.max_file_bytes, prune=prune)
     finally:
         manifest.close()
+
+
+def list_documents(settings: Settings) -> list[Entry]:
+    """Every ingested file of the configured collection, by source."""
+    manifest = open_manifest(settings)
+    try:
+        return sorted(manifest, key=lambda entry: (entry.root, entry.source))
+    finally:
+        manifest.close()
+
+
+def delete_document(doc_id: str, settings: Settings, store: ChromaStore) -> Entry | None:
+    """Remove one document's chunks and its manifest entry; None when the id is unknown."""
+    with ingest_lock(settings):
+        manifest = open_manifest(settings)
+        try:
+            entry = manifest.entries().get(doc_id)
+            if entry is not None:
+                store.delete(sorted(store.ids_of_document(doc_id) | set(entry.chunk_ids)))
+                manifest.remove(doc_id)
+            return entry
+        finally:
+            manifest.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -12,6 +13,14 @@ from rag.retrieve import Retriever
 from rag.types import Hit
 
 CONDENSE_MAX_TOKENS = 96
+CONFIDENCE_SCALE = 0.05  # a best score 0.05 above the refusal threshold gives confidence 0.73, 0.1 above 0.88
+
+
+def confidence(best_score: float | None, threshold: float) -> float:
+    """0–1 from the best retrieval score: 0.5 at the refusal threshold, rising with the margin above it."""
+    if best_score is None:
+        return 0.0
+    return round(1.0 / (1.0 + math.exp(-(best_score - threshold) / CONFIDENCE_SCALE)), 3)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +52,7 @@ class Answer:
     timings: Timings
     usage: Usage = field(default_factory=Usage)
     standalone_question: str = ""
+    confidence: float = 0.0
 
     def as_json(self) -> dict[str, object]:
         """The `rag ask --json` contract."""
@@ -97,16 +107,17 @@ class QueryEngine:
         standalone = self.condense(question, history) if history else question
         hits = self._retriever.search(standalone, top_k or self.top_k)
         retrieve_ms = _ms(started)
+        sure = confidence(hits[0].score if hits else None, self.refusal_threshold)
         if not hits or hits[0].score < self.refusal_threshold:
             yield Token(REFUSAL)
             timings = Timings(retrieve_ms, None, _ms(started))
-            yield Done(Answer(REFUSAL, False, False, [], timings, standalone_question=standalone))
+            yield Done(Answer(REFUSAL, False, False, [], timings, standalone_question=standalone, confidence=sure))
             return
         yield Retrieved(hits)
-        yield from self._generate(question, hits, history, started, retrieve_ms, standalone)
+        yield from self._generate(question, hits, history, started, retrieve_ms, standalone, sure)
 
     def _generate(self, question: str, hits: list[Hit], history: Sequence[Message], started: float,
-                  retrieve_ms: float, standalone: str) -> Iterator[Event]:
+                  retrieve_ms: float, standalone: str, sure: float) -> Iterator[Event]:
         parts: list[str] = []
         first_token_ms: float | None = None
         usage = Usage()
@@ -121,7 +132,7 @@ class QueryEngine:
         sources = [Source(n, hit, n in cited) for n, hit in enumerate(hits, start=1)]
         timings = Timings(retrieve_ms, first_token_ms, _ms(started))
         answerable = bool(text) and not is_refusal(text)
-        yield Done(Answer(text, answerable, bool(cited), sources, timings, usage, standalone))
+        yield Done(Answer(text, answerable, bool(cited), sources, timings, usage, standalone, sure))
 
     def ask(self, question: str, history: Sequence[Message] = (), top_k: int | None = None) -> Answer:
         """The finished answer, without streaming."""

@@ -33,6 +33,14 @@ class Settings(BaseSettings):
     top_k: int = Field(default=3, ge=1, le=50)
     refusal_threshold: float = Field(default=0.30, ge=-1.0, le=1.0)
 
+    escalate_below: float = Field(default=0.6, ge=0.0, le=1.0)
+
+    api_keys: str = Field(default="", repr=False)
+    docs_dir: Path | None = None
+    max_concurrent_generations: int = Field(default=64, ge=1)
+    queue_timeout_s: float = Field(default=10.0, ge=0)
+    max_upload_mb: float = Field(default=50.0, gt=0)
+
     llm_base_url: str = "http://127.0.0.1:8010/v1"
     llm_model: str = "smollm2-135m-instruct"
     llm_api_key: str = "EMPTY"
@@ -50,7 +58,7 @@ class Settings(BaseSettings):
     def _strip_url(cls, value: str) -> str:
         return value.strip().rstrip("/")
 
-    @field_validator("llm_model_path", mode="before")
+    @field_validator("llm_model_path", "docs_dir", mode="before")
     @classmethod
     def _empty_is_none(cls, value: object) -> object:
         return None if value == "" else value
@@ -69,6 +77,11 @@ class Settings(BaseSettings):
     def served_model_path(self) -> Path:
         """The model folder `rag llm` serves: RAG_LLM_MODEL_PATH, else the converted bundled SmolLM2."""
         return self.llm_model_path or self.models_dir / "smollm2-135m-instruct"
+
+    @property
+    def documents_dir(self) -> Path:
+        """The documents folder that uploads land in and /v1/sync re-syncs (RAG_DOCS_DIR, else data/documents)."""
+        return self.docs_dir or self.data_dir / "documents"
 
     @property
     def max_file_bytes(self) -> int:

@@ -44,6 +44,13 @@ class ChromaStore:
             )
         return collection
 
+    def heartbeat(self) -> None:
+        """Raise StoreUnavailable unless the store answers."""
+        try:
+            self._client.heartbeat()
+        except Exception as exc:
+            raise StoreUnavailable(f"Chroma does not answer: {exc}") from exc
+
     def count(self) -> int:
         """Number of chunks in the collection."""
         return int(self._collection.count())

@@ -61,3 +61,17 @@ def test_search_on_empty_index_tells_to_ingest(cli_env: dict[str, str]) -> None:
     result = _run([str(BIN / "rag"), "search", "anything"], cli_env)
     assert result.returncode == 2
     assert "run `rag-ingest PATH` first" in result.stderr
+
+
+def test_rag_llm_without_vllm_env_says_to_run_setup(cli_env: dict[str, str], tmp_path: Path) -> None:
+    env = {**cli_env, "RAG_VLLM_PYTHON": str(tmp_path / "missing" / "python"),
+           "RAG_LLM_BASE_URL": "http://127.0.0.1:9/v1"}
+    result = _run([str(BIN / "rag"), "llm", "--detach"], env)
+    assert result.returncode == 2
+    assert "no vLLM environment" in result.stderr and "make setup" in result.stderr
+
+
+def test_rag_ask_on_empty_index_tells_to_ingest(cli_env: dict[str, str]) -> None:
+    result = _run([str(BIN / "rag"), "ask", "anything"], {**cli_env, "RAG_LLM_BASE_URL": "http://127.0.0.1:9/v1"})
+    assert result.returncode == 2
+    assert "rag-ingest" in result.stderr

@@ -138,6 +138,20 @@ def _run_llm(settings: Settings, detach: bool) -> None:
         process.wait(timeout=30)
 
 
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535), help="TCP port.")
+def serve(host: str, port: int) -> None:
+    """Serve the HTTP API (ask, OpenAI-compatible chat, documents, health, metrics; docs at /docs)."""
+    import uvicorn
+
+    from ui.api.app import create_app
+
+    with _errors():
+        settings = load_settings()
+    uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+
+
 def _hit_json(hit: Hit) -> dict[str, object]:
     return {"source": hit.source, "page": hit.page, "score": hit.score, "chunk_id": hit.chunk_id, "text": hit.text}
 

@@ -1,0 +1,217 @@
+"""The HTTP API through FastAPI's TestClient over the real wiring (MiniLM, embedded Chroma), with a fake LLM
+under the openai SDK; the live-server tests against real vLLM are in test_api_live.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from ingest import service
+from rag.answer import QueryEngine
+from rag.config import Settings
+from rag.prompt import REFUSAL
+from rag.retrieve import Retriever
+from rag.wiring import build_llm, build_store
+from tests.conftest import CountingEmbedder
+from tests.docs_factory import pdf_bytes
+from tests.fake_llm import FakeLLMServer
+from ui.api.app import create_app
+from ui.api.auth import parse_api_keys
+from ui.api.errors import ApiError
+from ui.api.services import Gate, Services
+
+MakeClient = Callable[..., TestClient]
+
+
+@pytest.fixture
+def make_client(settings: Settings, embedder: CountingEmbedder) -> Iterator[MakeClient]:
+    clients: list[TestClient] = []
+
+    def make(reply: str = "Staff get 25 days of annual leave [1].", llm_url: str | None = None, **changes: object
+             ) -> TestClient:
+        local = settings.model_copy(update={"refusal_threshold": 0.2, **changes})
+        local.documents_dir.mkdir(parents=True, exist_ok=True)
+        (local.documents_dir / "leave.md").write_text("# Leave\nStaff get 25 days of annual leave per year.\n")
+        (local.documents_dir / "vpn.md").write_text("# VPN\nInstall WireGuard to reach the intranet.\n")
+        service.sync([local.documents_dir], local, embedder=embedder)
+        store = build_store(local)
+        llm = build_llm(local.model_copy(update={"llm_base_url": llm_url})) if llm_url else \
+            FakeLLMServer(lambda _: reply).llm()
+        engine = QueryEngine(Retriever(embedder, store), llm, local.top_k, local.refusal_threshold)
+        services = Services(local, embedder, store, engine, parse_api_keys(local.api_keys))
+        client = TestClient(create_app(local, services))
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.close()
+
+
+def test_ask_returns_answer_sources_confidence_and_escalate(make_client: MakeClient) -> None:
+    response = make_client().post("/v1/ask", json={"question": "How many days of annual leave do staff get?"})
+    assert response.status_code == 200
+    body = response.json()
+    assert body["answer"] == "Staff get 25 days of annual leave [1]."
+    assert (body["answerable"], body["cited"]) == (True, True)
+    assert body["sources"][0]["source"] == "leave.md" and body["sources"][0]["cited"] is True
+    assert "25 days" in body["sources"][0]["snippet"]
+    assert 0.5 < body["confidence"] <= 1 and body["escalate"] is False
+    assert set(body["timings"]) == {"retrieve_ms", "first_token_ms", "total_ms"}
+
+
+def test_refusal_and_uncited_answers_escalate(make_client: MakeClient) -> None:
+    refused = make_client(refusal_threshold=0.99).post("/v1/ask", json={"question": "What is the capital of Peru?"})
+    assert refused.json()["answer"] == REFUSAL
+    assert (refused.json()["answerable"], refused.json()["escalate"]) == (False, True)
+    uncited = make_client(reply="Twenty-five days.").post("/v1/ask", json={"question": "Annual leave days?"})
+    assert (uncited.json()["cited"], uncited.json()["escalate"]) == (False, True)
+
+
+def test_ask_streams_server_sent_events(make_client: MakeClient) -> None:
+    with make_client().stream("POST", "/v1/ask", json={"question": "Annual leave?", "stream": True}) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        events = [line.removeprefix("event: ") for line in response.iter_lines() if line.startswith("event: ")]
+    assert events[0] == "sources" and events[-1] == "done"
+    assert events.count("token") == len(["Staff", "get", "25", "days", "of", "annual", "leave", "[1]."])
+
+
+def test_openai_compatible_chat_and_models(make_client: MakeClient) -> None:
+    client = make_client()
+    body = {"model": "anything", "messages": [
+        {"role": "system", "content": "ignored: the assistant has its own"},
+        {"role": "user", "content": "Tell me about leave."}, {"role": "assistant", "content": "Sure."},
+        {"role": "user", "content": "How many days?"}]}
+    response = client.post("/v1/chat/completions", json=body)
+    assert response.status_code == 200
+    out = response.json()
+    assert out["object"] == "chat.completion"
+    assert out["choices"][0]["message"] == {"role": "assistant", "content": "Staff get 25 days of annual leave [1]."}
+    assert out["sources"][0]["n"] == 1 and out["usage"]["total_tokens"] > 0
+    with client.stream("POST", "/v1/chat/completions", json=body | {"stream": True}) as stream:
+        lines = [line for line in stream.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "data: [DONE]"
+    chunks = [json.loads(line[6:]) for line in lines[:-1]]
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"]).startswith("Staff")
+    assert chunks[-1]["sources"][0]["source"] == "leave.md"
+    assert client.get("/v1/models").json()["data"][0]["id"] == "smollm2-135m-instruct"
+    bad = client.post("/v1/chat/completions", json={"messages": [{"role": "assistant", "content": "hi"}]})
+    assert bad.status_code == 422 and bad.json()["error"]["type"] == "invalid_request"
+
+
+def test_api_keys(make_client: MakeClient) -> None:
+    client = make_client(api_keys="k-one, k-two:hr|finance")
+    question = {"question": "Annual leave?"}
+    missing = client.post("/v1/ask", json=question)
+    assert missing.status_code == 401 and missing.json()["error"]["type"] == "unauthorized"
+    wrong = client.post("/v1/ask", json=question, headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 403 and wrong.json() == {"error": {"type": "forbidden", "message": "invalid API key"}}
+    for key in ("k-one", "k-two"):
+        assert client.post("/v1/ask", json=question, headers={"Authorization": f"Bearer {key}"}).status_code == 200
+    assert client.get("/v1/documents", headers={"Authorization": "Bearer nope"}).status_code == 403
+    assert client.get("/healthz").status_code == 200
+    assert parse_api_keys("k-one, k-two:hr|finance")[1].groups == ("finance", "hr")
+
+
+def test_upload_list_ask_delete_round_trip(make_client: MakeClient, settings: Settings) -> None:
+    client = make_client()
+    pdf = pdf_bytes(["Printer manual.", "To replace the toner cartridge, open the front door."])
+    created = client.post("/v1/documents", files={"file": ("printer.pdf", pdf, "application/pdf")})
+    assert created.status_code == 201, created.text
+    doc = created.json()
+    assert (doc["source"], doc["chunks"], doc["status"]) == ("printer.pdf", 2, "added")
+    assert {d["source"] for d in client.get("/v1/documents").json()} == {"leave.md", "vpn.md", "printer.pdf"}
+    answer = client.post("/v1/ask", json={"question": "How do I replace the toner cartridge?"}).json()
+    assert (answer["sources"][0]["source"], answer["sources"][0]["page"]) == ("printer.pdf", 2)
+    assert client.delete(f"/v1/documents/{doc['id']}").json()["status"] == "deleted"
+    assert not (settings.documents_dir / "printer.pdf").exists()
+    assert client.delete(f"/v1/documents/{doc['id']}").status_code == 404
+
+
+def test_upload_limits_and_sanitized_names(make_client: MakeClient, settings: Settings) -> None:
+    client = make_client(max_upload_mb=0.01)
+    too_big = client.post("/v1/documents", files={"file": ("big.txt", b"x" * 20_000, "text/plain")})
+    assert too_big.status_code == 413 and too_big.json()["error"]["type"] == "too_large"
+    wrong_type = client.post("/v1/documents", files={"file": ("tool.exe", b"MZ", "application/octet-stream")})
+    assert wrong_type.status_code == 415
+    sneaky = client.post("/v1/documents", files={"file": ("../../outside.md", b"# Out\nNope.", "text/markdown")})
+    assert sneaky.status_code == 201 and sneaky.json()["source"] == "outside.md"
+    assert (settings.documents_dir / "outside.md").exists()
+    assert not (settings.documents_dir.parent / "outside.md").exists()
+    hidden = client.post("/v1/documents", files={"file": ("..", b"x", "text/plain")})
+    assert hidden.status_code == 422
+    assert not [p for p in settings.documents_dir.iterdir() if p.name.startswith(".upload-")]
+
+
+def test_bad_upload_keeps_the_previous_version(make_client: MakeClient, settings: Settings) -> None:
+    client = make_client()
+    before = client.get("/v1/documents").json()
+    broken = client.post("/v1/documents", files={"file": ("leave.md", b"caf\xe9 latin-1", "text/md")})
+    assert broken.status_code == 422 and broken.json()["error"]["type"] == "unreadable_document"
+    assert (settings.documents_dir / "leave.md").read_text().startswith("# Leave")
+    assert client.get("/v1/documents").json() == before
+
+
+def test_sync_picks_up_folder_changes(make_client: MakeClient, settings: Settings) -> None:
+    client = make_client()
+    (settings.documents_dir / "vpn.md").unlink()
+    (settings.documents_dir / "new.md").write_text("# New\nA new policy.")
+    report = client.post("/v1/sync").json()
+    assert (report["added"], report["deleted"], report["unchanged"]) == (1, 1, 1)
+
+
+def test_llm_down_is_a_fast_503_and_readyz_names_it(make_client: MakeClient) -> None:
+    client = make_client(llm_url="http://127.0.0.1:9/v1", llm_connect_timeout_s=1.0)
+    started = time.monotonic()
+    response = client.post("/v1/ask", json={"question": "How many days of annual leave?"})
+    assert response.status_code == 503 and time.monotonic() - started < 3
+    assert response.json()["error"]["type"] == "llm_unavailable"
+    assert "RAG_LLM_BASE_URL" in response.json()["error"]["message"]
+    streamed = client.post("/v1/ask", json={"question": "How many days of annual leave?", "stream": True})
+    assert streamed.status_code == 503
+    ready = client.get("/readyz")
+    assert ready.status_code == 503 and ready.json()["checks"]["llm"]["ok"] is False
+    assert ready.json()["checks"]["chroma"]["ok"] is True and ready.json()["checks"]["index"]["ok"] is True
+
+
+def test_metrics_count_requests_and_stages(make_client: MakeClient) -> None:
+    client = make_client()
+    client.post("/v1/ask", json={"question": "Annual leave?"})
+    text = client.get("/metrics").text
+    assert 'rag_requests_total{method="POST",route="/v1/ask",status="200"} 1.0' in text
+    assert 'rag_stage_seconds_count{stage="retrieve"} 1.0' in text
+    assert 'rag_stage_seconds_count{stage="first_token"} 1.0' in text
+
+
+def test_gate_turns_excess_load_into_429() -> None:
+    async def scenario() -> int:
+        gate = Gate(slots=1, timeout=0.05)
+        await gate.acquire()
+        try:
+            await gate.acquire()
+        except ApiError as exc:
+            return exc.status
+        return 200
+
+    assert asyncio.run(scenario()) == 429
+
+
+def test_openapi_docs_have_examples(make_client: MakeClient) -> None:
+    client = make_client()
+    schema = client.get("/openapi.json").json()
+    assert "/v1/ask" in schema["paths"] and "/v1/chat/completions" in schema["paths"]
+    assert schema["components"]["schemas"]["AskRequest"]["examples"]
+    assert client.get("/docs").status_code == 200
+
+
+def test_uploaded_file_path_is_relative_source(make_client: MakeClient, tmp_path: Path) -> None:
+    client = make_client()
+    created = client.post("/v1/documents", files={"file": ("notes 2024 (final).txt", b"Notes.", "text/plain")})
+    assert created.json()["source"] == "notes 2024 (final).txt"

@@ -1,0 +1,46 @@
+"""The FastAPI app: routes, error bodies, metrics; services are built once at start-up."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio.to_thread
+from fastapi import FastAPI
+
+from rag.config import Settings
+from ui.api import routes_ask, routes_documents, routes_health, routes_openai
+from ui.api.errors import install_error_handlers
+from ui.api.metrics import Metrics, install_request_metrics
+from ui.api.services import Services, build_services
+
+DESCRIPTION = """Ask the company's documents and act on the answer.
+
+* `POST /v1/ask`: answer, sources, `confidence` and `escalate` (hand over to a human); `stream: true` for
+  Server-Sent Events (`sources`, `token`…, `done`, or `error`).
+* `POST /v1/chat/completions`, `GET /v1/models`: OpenAI-compatible (openai SDK, LangChain's ChatOpenAI).
+* `/v1/documents`, `/v1/sync`: upload, list, delete, re-sync.
+* With `RAG_API_KEYS` set, every `/v1` route needs `Authorization: Bearer <key>`.
+"""
+
+
+def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
+    """The API; `services` may be passed in (tests), else they are built from settings at start-up."""
+
+    metrics = services.metrics if services else Metrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.services = services or build_services(settings, metrics=metrics)
+        # Generations run in threads (the engine is synchronous): allow one per slot, plus headroom.
+        anyio.to_thread.current_default_thread_limiter().total_tokens = settings.max_concurrent_generations + 16
+        yield
+
+    app = FastAPI(title="rag-kb", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
+    install_error_handlers(app)
+    if services is not None:
+        app.state.services = services
+    install_request_metrics(app, metrics)
+    for module in (routes_ask, routes_openai, routes_documents, routes_health):
+        app.include_router(module.router)
+    return app

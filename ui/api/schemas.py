@@ -1,0 +1,124 @@
+"""Request and response bodies of the HTTP API (with examples for the OpenAPI docs)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Turn(BaseModel):
+    """One earlier message of the conversation."""
+
+    role: Literal["user", "assistant"]
+    content: str
+
+
+class AskRequest(BaseModel):
+    """A question to the knowledge base."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"question": "How do I create a Python virtual environment?", "stream": False},
+        {"question": "And how do I activate it?", "history": [
+            {"role": "user", "content": "How do I create a Python virtual environment?"},
+            {"role": "assistant", "content": "Run python3 -m venv tutorial-env [1]."}]},
+    ]})
+
+    question: str = Field(min_length=1, max_length=4000)
+    history: list[Turn] = Field(default_factory=list, max_length=50)
+    top_k: int | None = Field(default=None, ge=1, le=20)
+    stream: bool = False
+
+
+class SourceOut(BaseModel):
+    """A numbered source: `[n]` in the answer refers to it."""
+
+    n: int
+    source: str
+    page: int | None
+    score: float
+    chunk_id: str
+    cited: bool
+    headings: str = ""
+    snippet: str = ""
+
+
+class AskResponse(BaseModel):
+    """The answer a helpdesk tool can act on."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{
+        "answer": "Run `python3 -m venv tutorial-env` [1].", "answerable": True, "cited": True,
+        "confidence": 0.93, "escalate": False,
+        "sources": [{"n": 1, "source": "en/python-tutorial-venv.html", "page": None, "score": 0.71,
+                     "chunk_id": "3f2a…", "cited": True, "headings": "12.2. Creating Virtual Environments",
+                     "snippet": "To create a virtual environment…"}],
+        "timings": {"retrieve_ms": 12.5, "first_token_ms": 180.2, "total_ms": 950.0},
+        "usage": {"prompt_tokens": 812, "completion_tokens": 40},
+    }]})
+
+    answer: str
+    answerable: bool
+    cited: bool
+    confidence: float = Field(ge=0, le=1, description="From retrieval scores: 0.5 at the refusal threshold.")
+    escalate: bool = Field(description="Hand over to a human: not answerable, uncited, or low confidence.")
+    sources: list[SourceOut]
+    timings: dict[str, float | None]
+    usage: dict[str, int]
+
+
+class ErrorBody(BaseModel):
+    """`{"error": {"type": …, "message": …}}`"""
+
+    error: dict[str, str]
+
+
+class DocumentOut(BaseModel):
+    """An ingested file."""
+
+    id: str
+    source: str
+    content_hash: str
+    chunks: int
+    ingested_at: str
+    status: str = "indexed"
+
+
+class SyncOut(BaseModel):
+    """The outcome of an ingest, as `rag-ingest --json` prints it."""
+
+    added: int
+    updated: int
+    unchanged: int
+    deleted: int
+    skipped: int
+    failed: list[dict[str, str]]
+    chunks: int
+    seconds: float
+
+
+class ChatMessage(BaseModel):
+    """An OpenAI chat message (text content, or a list of text parts)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "user", "assistant", "developer", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+
+    def text(self) -> str:
+        """The message's text, parts joined."""
+        if isinstance(self.content, list):
+            return "".join(str(part.get("text", "")) for part in self.content if part.get("type") == "text")
+        return self.content or ""
+
+
+class ChatRequest(BaseModel):
+    """The subset of OpenAI's chat completion request that the assistant uses; other fields are accepted."""
+
+    model_config = ConfigDict(extra="allow", json_schema_extra={"examples": [
+        {"model": "rag", "messages": [{"role": "user", "content": "How do I create a virtual environment?"}]},
+    ]})
+
+    model: str = "rag"
+    messages: list[ChatMessage] = Field(min_length=1)
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
