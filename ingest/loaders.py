@@ -14,6 +14,7 @@ import yaml
 # A zip member (DOCX) may not expand past this: guards against decompression bombs.
 MAX_UNZIPPED_BYTES = 200 * 1024 * 1024
 _MD_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
+_RST_ADORN = re.compile(r"^([=\-~^\"'`#*+.:_])\1{2,}\s*$")
 _SETEXT = re.compile(r"^(=+|-+)\s*$")
 _FRONT_MATTER = re.compile(r"\A---\s*\n(.*?)\n---\s*\n", re.DOTALL)
 
@@ -92,8 +93,34 @@ def parse_groups(value: object) -> tuple[str, ...]:
 
 
 def load_text(data: bytes, name: str) -> LoadedDoc:
-    """Plain text (and reStructuredText): one section."""
+    """Plain text: one section; reStructuredText (.rst, .rst.txt) is split by its section titles."""
+    if name.lower().endswith((".rst", ".rst.txt")):
+        return load_rst(data, name)
     return LoadedDoc(title=PurePath(name).stem, sections=[Section(decode_text(data))])
+
+
+def load_rst(data: bytes, name: str) -> LoadedDoc:
+    """reStructuredText: titles are lines underlined (optionally overlined) with one punctuation character;
+    levels follow the order in which the underline styles first appear, as docutils assigns them."""
+    lines = decode_text(data).splitlines()
+    builder, styles = SectionBuilder(), []
+    i = 0
+    while i < len(lines):
+        line, following = lines[i], lines[i + 1] if i + 1 < len(lines) else ""
+        over = _RST_ADORN.match(line) and i + 2 < len(lines) and lines[i + 2].strip() == line.strip()
+        title, under = (lines[i + 1], lines[i + 2]) if over else (line, following)
+        if title.strip() and not _RST_ADORN.match(title) and _RST_ADORN.match(under) \
+                and len(under.strip()) >= len(title.strip()):
+            style = (under.strip()[0], bool(over))
+            styles += [] if style in styles else [style]
+            builder.heading(styles.index(style) + 1, title.strip())
+            i += 3 if over else 2
+            continue
+        builder.add(line)
+        i += 1
+    sections = builder.finish()
+    title = next((s.headings[0] for s in sections if s.headings), PurePath(name).stem)
+    return LoadedDoc(title=title, sections=sections)
 
 
 def load_markdown(data: bytes, name: str) -> LoadedDoc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -82,22 +83,42 @@ def cli_env(settings: Settings) -> Iterator[dict[str, str]]:
 LLM_PORT = int(os.environ.get("RAG_TEST_LLM_PORT", "8011"))
 
 
-@pytest.fixture(scope="session")
-def llm_settings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
-    """Settings pointing at a real vLLM server with the bundled model: reused if one runs, else started here."""
-    from rag.llm_server import is_healthy, start_llm_server, wait_until_healthy
+class LLMServer:
+    """The real vLLM server of the test session; tests may stop and start it (outage tests)."""
 
+    def __init__(self, settings: Settings, log: Path) -> None:
+        self.settings, self.log = settings, log
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        from rag.llm_server import is_healthy, start_llm_server, wait_until_healthy
+
+        if not is_healthy(self.settings.llm_base_url):
+            self.process = start_llm_server(self.settings, self.log)
+            wait_until_healthy(self.settings, self.process, self.log)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(timeout=60)
+            self.process = None
+
+
+@pytest.fixture(scope="session")
+def llm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LLMServer]:
+    """A real vLLM server with the bundled model: reused if one already answers on the test port, else started."""
     settings = Settings(_env_file=None, llm_base_url=f"http://127.0.0.1:{LLM_PORT}/v1",  # type: ignore[call-arg]
                         vllm_python=REPO / ".venv-vllm" / "bin" / "python",
                         llm_model_path=REPO / "data" / "models" / "smollm2-135m-instruct")
-    if is_healthy(settings.llm_base_url):
-        yield settings
-        return
-    log = tmp_path_factory.mktemp("vllm") / "vllm.log"
-    process = start_llm_server(settings, log)
+    server = LLMServer(settings, tmp_path_factory.mktemp("vllm") / "vllm.log")
+    server.start()
     try:
-        wait_until_healthy(settings, process, log)
-        yield settings
+        yield server
     finally:
-        process.terminate()
-        process.wait(timeout=60)
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def llm_settings(llm_server: LLMServer) -> Settings:
+    """Settings pointing at the session's real vLLM server."""
+    return llm_server.settings

@@ -96,3 +96,18 @@ def test_markdown_setext_headings() -> None:
         (("Architecture",), "Intro."),
         (("Architecture", "Clusters"), "One per port."),
     ]
+
+
+def test_rst_titles_become_heading_paths() -> None:
+    text = (
+        "====================\nGeneral Python FAQ\n====================\n\n.. contents::\n\n"
+        "General Information\n===================\n\nWhat is Python?\n---------------\n\nA language.\n\n"
+        "Why indentation?\n----------------\n\nFor clarity.\n\nCode\n\n  x = 1\n  -----\n"
+    )
+    doc = load_text(text.encode(), "faq/general.rst.txt")
+    assert doc.title == "General Python FAQ"
+    assert [(s.headings, s.text) for s in doc.sections] == [
+        (("General Python FAQ",), ".. contents::"),
+        (("General Python FAQ", "General Information", "What is Python?"), "A language."),
+        (("General Python FAQ", "General Information", "Why indentation?"), "For clarity.\n\nCode\n\n  x = 1\n  -----"),
+    ]
