@@ -28,7 +28,7 @@ from rag.answer import Retrieved
 from rag.config import Settings
 from rag.llm_server import is_healthy, start_llm_server, wait_until_healthy
 from rag.prompt import answer_messages
-from rag.wiring import build_embedder, build_engine
+from rag.wiring import build_embedder, build_engine, prefer_passive_threads
 
 REPO = Path(__file__).resolve().parent.parent
 MAX_TOKENS = 48
@@ -81,6 +81,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--requests", type=int, default=64)
     args = parser.parse_args()
+    prefer_passive_threads()
     settings = Settings()
     llm = None
     if not is_healthy(settings.llm_base_url):

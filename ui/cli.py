@@ -19,7 +19,7 @@ from rag.errors import EmptyIndex, LLMUnavailable, RagError
 from rag.llm_server import is_healthy, start_llm_server, wait_until_healthy
 from rag.retrieve import Retriever
 from rag.types import Hit
-from rag.wiring import build_embedder, build_engine, build_store
+from rag.wiring import build_embedder, build_engine, build_store, prefer_passive_threads
 
 EXIT_USAGE, EXIT_LLM = 2, 3
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -46,6 +46,7 @@ def _errors() -> Iterator[None]:
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """Ask questions over your documents."""
+    prefer_passive_threads()  # every rag command serves queries next to vLLM; see the function's docstring
 
 
 @main.command()
