@@ -31,7 +31,7 @@ class Settings(BaseSettings):
     max_file_mb: float = Field(default=50.0, gt=0)
     parse_timeout_s: float = Field(default=120.0, gt=0)
     top_k: int = Field(default=3, ge=1, le=50)
-    refusal_threshold: float = Field(default=0.30, ge=-1.0, le=1.0)
+    refusal_threshold: float = Field(default=0.31, ge=-1.0, le=1.0)
 
     escalate_below: float = Field(default=0.6, ge=0.0, le=1.0)
 
