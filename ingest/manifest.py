@@ -58,6 +58,12 @@ class Manifest:
         """Close the database connection."""
         self._db.close()
 
+    def __enter__(self) -> Manifest:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
     def entries(self, root: str | None = None) -> dict[str, Entry]:
         """Entries by doc_id, for one ingest root or all."""
         query = "SELECT doc_id, root, source, content_hash, size, mtime_ns, title, chunk_ids, ingested_at "

@@ -74,12 +74,17 @@ def run_sync(plan: Plan, embedder: Embedder | None, store: ChromaStore, manifest
     finally:
         writer.close()
     for entry in plan.deletions:
-        store.delete(sorted(store.ids_of_document(entry.doc_id) | set(entry.chunk_ids)))
-        manifest.remove(entry.doc_id)
+        remove_document(store, manifest, entry)
         report.deleted += 1
     report.chunks = store.count()
     report.seconds = time.perf_counter() - started
     return report
+
+
+def remove_document(store: ChromaStore, manifest: Manifest, entry: Entry) -> None:
+    """Delete a document's chunks (recorded and any strays a crash left) and forget it."""
+    store.delete(sorted(store.ids_of_document(entry.doc_id) | set(entry.chunk_ids)))
+    manifest.remove(entry.doc_id)
 
 
 def _parse_all(tasks: list[Task], spec: ChunkSpec, timeout: float, report: Report,

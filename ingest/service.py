@@ -1,4 +1,4 @@
-"""Sync as a use case: one function that the CLI and (later) the API's upload and /v1/sync call."""
+"""Sync as a use case: the functions that rag-ingest and the API (uploads, /v1/sync, documents) call."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from ingest.manifest import Entry, Manifest
 from ingest.parse import ChunkSpec
 from ingest.pipeline import Plan, Progress, Report, plan_sync
-from ingest.runner import run_sync, warm_parsers
+from ingest.runner import remove_document, run_sync, warm_parsers
 from rag.config import Settings
 from rag.embedder import Embedder
 from rag.store import ChromaStore
@@ -44,50 +44,35 @@ def chunk_spec(settings: Settings, embedder: Embedder) -> ChunkSpec:
 def sync(paths: Sequence[Path], settings: Settings, *, prune: bool = True, progress: Progress | None = None,
          embedder: Embedder | None = None, store: ChromaStore | None = None) -> tuple[Plan, Report]:
     """Plan and run a sync of paths; the embedder is loaded only when some file needs embedding."""
-    with ingest_lock(settings):
-        manifest = open_manifest(settings)
-        try:
-            plan = plan_sync(paths, manifest, settings.max_file_bytes, prune=prune)
-            if plan.tasks:
-                warm_parsers()
-            store = store or build_store(settings)
-            if plan.tasks and embedder is None:
-                embedder = build_embedder(settings)
-            spec = chunk_spec(settings, embedder) if embedder else ChunkSpec("", 0, 0, 0)
-            report = run_sync(plan, embedder, store, manifest, spec, settings.parse_timeout_s, progress,
-                              settings.ingest_batch_chunks)
-        finally:
-            manifest.close()
+    with ingest_lock(settings), open_manifest(settings) as manifest:
+        plan = plan_sync(paths, manifest, settings.max_file_bytes, prune=prune)
+        if plan.tasks:
+            warm_parsers()  # the parser server starts while the embedder loads
+        store = store or build_store(settings)
+        if plan.tasks and embedder is None:
+            embedder = build_embedder(settings)
+        spec = chunk_spec(settings, embedder) if embedder else ChunkSpec("", 0, 0, 0)
+        report = run_sync(plan, embedder, store, manifest, spec, settings.parse_timeout_s, progress,
+                          settings.ingest_batch_chunks)
     return plan, report
 
 
 def dry_run(paths: Sequence[Path], settings: Settings, *, prune: bool = True) -> Plan:
     """The plan alone: nothing is parsed, embedded or written."""
-    manifest = open_manifest(settings)
-    try:
+    with open_manifest(settings) as manifest:
         return plan_sync(paths, manifest, settings.max_file_bytes, prune=prune)
-    finally:
-        manifest.close()
 
 
 def list_documents(settings: Settings) -> list[Entry]:
     """Every ingested file of the configured collection, by source."""
-    manifest = open_manifest(settings)
-    try:
+    with open_manifest(settings) as manifest:
         return sorted(manifest, key=lambda entry: (entry.root, entry.source))
-    finally:
-        manifest.close()
 
 
 def delete_document(doc_id: str, settings: Settings, store: ChromaStore) -> Entry | None:
     """Remove one document's chunks and its manifest entry; None when the id is unknown."""
-    with ingest_lock(settings):
-        manifest = open_manifest(settings)
-        try:
-            entry = manifest.entries().get(doc_id)
-            if entry is not None:
-                store.delete(sorted(store.ids_of_document(doc_id) | set(entry.chunk_ids)))
-                manifest.remove(doc_id)
-            return entry
-        finally:
-            manifest.close()
+    with ingest_lock(settings), open_manifest(settings) as manifest:
+        entry = manifest.entries().get(doc_id)
+        if entry is not None:
+            remove_document(store, manifest, entry)
+        return entry
