@@ -60,11 +60,10 @@ def _plan_table(plan: Plan) -> Table:
 
 def _summary_table(report: Report) -> Table:
     table = Table(title="Ingest summary")
-    for name in ("added", "updated", "unchanged", "deleted", "skipped", "failed", "chunks", "seconds"):
+    values = {**report.as_json(), "failed": len(report.failed)}
+    for name in values:
         table.add_column(name, justify="right")
-    values = report.as_json()
-    table.add_row(*(str(len(values["failed"])) if k == "failed" else str(values[k])  # type: ignore[arg-type]
-                    for k in ("added", "updated", "unchanged", "deleted", "skipped", "failed", "chunks", "seconds")))
+    table.add_row(*(str(value) for value in values.values()))
     return table
 
 

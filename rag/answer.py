@@ -31,6 +31,12 @@ class Source:
     hit: Hit
     cited: bool
 
+    def as_json(self) -> dict[str, object]:
+        """The source as `rag ask --json` lists it."""
+        hit = self.hit
+        return {"n": self.n, "source": hit.source, "page": hit.page, "score": hit.score, "chunk_id": hit.chunk_id,
+                "cited": self.cited}
+
 
 @dataclass(frozen=True, slots=True)
 class Timings:
@@ -58,8 +64,7 @@ class Answer:
         """The `rag ask --json` contract."""
         return {
             "answer": self.text, "answerable": self.answerable, "cited": self.cited,
-            "sources": [{"n": s.n, "source": s.hit.source, "page": s.hit.page, "score": s.hit.score,
-                         "chunk_id": s.hit.chunk_id, "cited": s.cited} for s in self.sources],
+            "sources": [source.as_json() for source in self.sources],
             "timings": {"retrieve_ms": round(self.timings.retrieve_ms, 1),
                         "first_token_ms": None if self.timings.first_token_ms is None
                         else round(self.timings.first_token_ms, 1),

@@ -50,13 +50,14 @@ def _until_first_token(events: Iterator[Event]) -> list[Event]:
 
 
 async def _rest(services: Services, primed: list[Event], events: Iterator[Event]) -> AsyncIterator[Event]:
+    assert services.gate is not None
     try:
         for event in primed:
             yield _observed(services, event)
         async for event in iterate_in_threadpool(events):
             yield _observed(services, event)
     finally:
-        services.gate.release()  # type: ignore[union-attr]
+        services.gate.release()
 
 
 def _observed(services: Services, event: Event) -> Event:
@@ -68,9 +69,8 @@ def _observed(services: Services, event: Event) -> Event:
 def ask_body(answer: Answer, escalate_below: float) -> dict[str, object]:
     """The /v1/ask response: `rag ask --json` plus confidence, escalate, headings and snippets."""
     body = answer.as_json()
-    for out, source in zip(body["sources"], answer.sources, strict=True):  # type: ignore[call-overload]
-        out["headings"] = source.hit.headings
-        out["snippet"] = source.hit.text[:SNIPPET_CHARS]
+    body["sources"] = [source.as_json() | {"headings": source.hit.headings, "snippet": source.hit.text[:SNIPPET_CHARS]}
+                       for source in answer.sources]
     body["confidence"] = answer.confidence
     body["escalate"] = not answer.answerable or not answer.cited or answer.confidence < escalate_below
     return body

@@ -74,7 +74,10 @@ def _ingest_upload(services: Services, staged: Path, target: Path) -> dict[str, 
     _, report = service.sync([target], services.settings, prune=False, embedder=services.embedder,
                              store=services.store)
     if report.failed:
-        os.replace(backup, target) if backup.exists() else target.unlink()
+        if backup.exists():
+            os.replace(backup, target)  # the previous version stays, as its chunks did
+        else:
+            target.unlink()
         raise ApiError(422, "unreadable_document", f"{target.name}: {next(iter(report.failed.values()))}")
     backup.unlink(missing_ok=True)
     entry = next(e for e in service.list_documents(services.settings)
