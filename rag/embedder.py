@@ -35,10 +35,6 @@ class Embedder:
         assert dim is not None
         return int(dim)
 
-    def count_tokens(self, text: str) -> int:
-        """Tokens of text in the embedder's own tokenizer, without special tokens."""
-        return len(self._model.tokenizer(text, add_special_tokens=False)["input_ids"])
-
     def embed_documents(self, texts: Sequence[str]) -> Vectors:
         """Embed many texts in batches; rows are L2-normalized."""
         if not texts:

@@ -17,6 +17,8 @@ class Retriever:
 
     def search(self, question: str, k: int) -> list[Hit]:
         """The k best chunks for a question, best first; EmptyIndex when nothing was ingested."""
-        if self._store.count() == 0:
+        hits = self._store.search(self._embedder.embed_query(question), k)
+        # Counting only when nothing came back keeps the store round trip off every normal query.
+        if not hits and self._store.count() == 0:
             raise EmptyIndex(f"collection {self._store.name!r} is empty: run `rag-ingest PATH` first")
-        return self._store.search(self._embedder.embed_query(question), k)
+        return hits

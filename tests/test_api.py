@@ -7,7 +7,6 @@ import asyncio
 import json
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -211,7 +210,7 @@ def test_openapi_docs_have_examples(make_client: MakeClient) -> None:
     assert client.get("/docs").status_code == 200
 
 
-def test_uploaded_file_path_is_relative_source(make_client: MakeClient, tmp_path: Path) -> None:
+def test_uploaded_file_path_is_relative_source(make_client: MakeClient) -> None:
     client = make_client()
     created = client.post("/v1/documents", files={"file": ("notes 2024 (final).txt", b"Notes.", "text/plain")})
     assert created.json()["source"] == "notes 2024 (final).txt"
