@@ -41,6 +41,12 @@ class Settings(BaseSettings):
     queue_timeout_s: float = Field(default=10.0, ge=0)
     max_upload_mb: float = Field(default=50.0, gt=0)
 
+    ui_auth: bool = True
+    ui_auth_secret: str = Field(default="", repr=False)
+    ui_users: str = Field(default="", repr=False)
+    chat_db_url: str = ""
+    feedback_db_url: str = Field(default="", repr=False)
+
     llm_base_url: str = "http://127.0.0.1:8010/v1"
     llm_model: str = "smollm2-135m-instruct"
     llm_api_key: str = "EMPTY"
@@ -82,6 +88,16 @@ class Settings(BaseSettings):
     def documents_dir(self) -> Path:
         """The documents folder that uploads land in and /v1/sync re-syncs (RAG_DOCS_DIR, else data/documents)."""
         return self.docs_dir or self.data_dir / "documents"
+
+    @property
+    def chat_database_url(self) -> str:
+        """SQLAlchemy async URL of the chat history (RAG_CHAT_DB_URL, else SQLite under the data dir)."""
+        return self.chat_db_url or f"sqlite+aiosqlite:///{(self.data_dir / 'chat.db').resolve()}"
+
+    @property
+    def feedback_database_url(self) -> str:
+        """SQLAlchemy URL of the feedback store (RAG_FEEDBACK_DB_URL, else SQLite under the data dir)."""
+        return self.feedback_db_url or f"sqlite:///{(self.data_dir / 'feedback.db').resolve()}"
 
     @property
     def max_file_bytes(self) -> int:

@@ -11,6 +11,7 @@ from rag.answer import QueryEngine
 from rag.config import BUNDLED_EMBED_MODEL, Settings
 from rag.embedder import Embedder
 from rag.errors import ConfigError, StoreUnavailable
+from rag.feedback import FeedbackStore
 from rag.llm import LLM
 from rag.retrieve import Retriever
 from rag.store import ChromaStore
@@ -113,3 +114,17 @@ def build_engine(settings: Settings, embedder: Embedder | None = None, store: Ch
     """The query path wired from settings (parts may be passed in, e.g. shared by an app)."""
     retriever = Retriever(embedder or build_embedder(settings), store or build_store(settings))
     return QueryEngine(retriever, llm or build_llm(settings), settings.top_k, settings.refusal_threshold)
+
+
+def build_feedback_store(settings: Settings) -> FeedbackStore:
+    """The feedback store at RAG_FEEDBACK_DB_URL (SQLite under the data dir by default)."""
+    import sqlalchemy as sa
+
+    url = settings.feedback_database_url
+    if url.startswith("sqlite:///"):
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        engine = sa.create_engine(url, pool_pre_ping=True)
+    except (sa.exc.ArgumentError, ImportError) as exc:
+        raise ConfigError(f"RAG_FEEDBACK_DB_URL is not a usable database URL: {exc}") from exc
+    return FeedbackStore(engine)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import sys
@@ -19,7 +20,7 @@ from rag.errors import EmptyIndex, LLMUnavailable, RagError
 from rag.llm_server import is_healthy, start_llm_server, wait_until_healthy
 from rag.retrieve import Retriever
 from rag.types import Hit
-from rag.wiring import build_embedder, build_engine, build_store, prefer_passive_threads
+from rag.wiring import build_embedder, build_engine, build_feedback_store, build_store, prefer_passive_threads
 
 EXIT_USAGE, EXIT_LLM = 2, 3
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -142,15 +143,51 @@ def _run_llm(settings: Settings, detach: bool) -> None:
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535), help="TCP port.")
-def serve(host: str, port: int) -> None:
-    """Serve the HTTP API (ask, OpenAI-compatible chat, documents, health, metrics; docs at /docs)."""
+@click.option("--no-chat", is_flag=True, help="Serve the API only, without the chat UI at /chat.")
+def serve(host: str, port: int, no_chat: bool) -> None:
+    """Serve the chat UI at /chat and the HTTP API (ask, OpenAI-compatible chat, documents; docs at /docs)."""
     import uvicorn
 
     from ui.api.app import create_app
 
     with _errors():
         settings = load_settings()
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+        app = create_app(settings, chat=not no_chat)
+    shown = "127.0.0.1" if host in {"0.0.0.0", "::"} else host
+    if not no_chat:
+        sign_in = "sign in with a RAG_UI_USERS account" if settings.ui_auth else "no sign-in (RAG_UI_AUTH=false)"
+        err.print(f"[green]chat UI[/green]: http://{shown}:{port}/chat  ({sign_in})")
+    err.print(f"[green]API[/green]: http://{shown}:{port}/docs")
+    uvicorn.run(app, host=host, port=port, log_level="info")
+
+
+@main.command("hash-password")
+@click.password_option(help="The password (asked twice when not given).")
+def hash_password_command(password: str) -> None:
+    """Print a password hash for a RAG_UI_USERS entry (name:HASH[:groups])."""
+    from ui.chat.users import hash_password
+
+    print(hash_password(password))
+
+
+@main.command()
+@click.option("-n", "limit", type=click.IntRange(1, 10_000), default=20, show_default=True, help="How many.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+def feedback(limit: int, as_json: bool) -> None:
+    """List the newest 👍/👎 ratings with their question, answer and comment."""
+    with _errors():
+        ratings = build_feedback_store(load_settings()).recent(limit)
+    if as_json:
+        for rating in ratings:
+            print(json.dumps(dataclasses.asdict(rating), ensure_ascii=False))
+        return
+    table = Table(show_lines=True)
+    for column in ("when", "user", "rating", "question", "answer", "comment"):
+        table.add_column(column, overflow="fold")
+    for rating in ratings:
+        table.add_row(rating.created_at, rating.user, "👍" if rating.rating > 0 else "👎", rating.question,
+                      rating.answer[:300], rating.comment)
+    Console().print(table)
 
 
 def _hit_json(hit: Hit) -> dict[str, object]:

@@ -15,12 +15,8 @@ SNIPPET_CHARS = 300
 
 async def answer_once(services: Services, question: str, history: Sequence[Message], top_k: int | None) -> Answer:
     """The finished answer (non-streaming), within a generation slot."""
-    assert services.gate is not None
-    await services.gate.acquire()
-    try:
+    async with services.gate_slot():
         answer = await run_in_threadpool(services.engine.ask, question, history, top_k)
-    finally:
-        services.gate.release()
     services.metrics.observe_answer(answer)
     return answer
 

@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 
 import anyio.to_thread
 from fastapi import FastAPI
+from fastapi.responses import RedirectResponse
 
 from rag.config import Settings
 from ui.api import routes_ask, routes_documents, routes_health, routes_openai
@@ -24,8 +25,11 @@ DESCRIPTION = """Ask the company's documents and act on the answer.
 """
 
 
-def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
-    """The API; `services` may be passed in (tests), else they are built from settings at start-up."""
+def create_app(settings: Settings, services: Services | None = None, chat: bool = False) -> FastAPI:
+    """The API; `services` may be passed in (tests), else they are built from settings at start-up.
+
+    With `chat`, the Chainlit UI is mounted at /chat (once per process: Chainlit keeps global state).
+    """
 
     metrics = services.metrics if services else Metrics()
 
@@ -43,4 +47,9 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
     install_request_metrics(app, metrics)
     for module in (routes_ask, routes_openai, routes_documents, routes_health):
         app.include_router(module.router)
+    if chat:
+        from ui.chat.mount import CHAT_PATH, mount_chat
+
+        app.add_api_route("/", lambda: RedirectResponse(CHAT_PATH), include_in_schema=False)
+        mount_chat(app, settings, lambda: app.state.services)
     return app

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from rag.answer import QueryEngine
@@ -49,6 +51,16 @@ class Services:
 
     def __post_init__(self) -> None:
         self.gate = self.gate or Gate(self.settings.max_concurrent_generations, self.settings.queue_timeout_s)
+
+    @asynccontextmanager
+    async def gate_slot(self) -> AsyncIterator[None]:
+        """Hold a generation slot for the block (429 ApiError when none frees up in time)."""
+        assert self.gate is not None
+        await self.gate.acquire()
+        try:
+            yield
+        finally:
+            self.gate.release()
 
 
 def build_services(settings: Settings, embedder: Embedder | None = None, metrics: Metrics | None = None) -> Services:

@@ -1,0 +1,96 @@
+"""Chat history and feedback through Chainlit's SQLAlchemy data layer, on SQLite by default (PostgreSQL by URL).
+
+Chainlit leaves creating its tables to the application; the types below suit both SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from chainlit.data.sql_alchemy import SQLAlchemyDataLayer
+from chainlit.types import Feedback as ChainlitFeedback
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+
+from rag.feedback import Feedback, FeedbackStore
+
+SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS users ("id" TEXT PRIMARY KEY, "identifier" TEXT NOT NULL UNIQUE,
+        "metadata" TEXT NOT NULL, "createdAt" TEXT)""",
+    """CREATE TABLE IF NOT EXISTS threads ("id" TEXT PRIMARY KEY, "createdAt" TEXT, "name" TEXT, "userId" TEXT,
+        "userIdentifier" TEXT, "tags" TEXT, "metadata" TEXT)""",
+    """CREATE TABLE IF NOT EXISTS steps ("id" TEXT PRIMARY KEY, "name" TEXT NOT NULL, "type" TEXT NOT NULL,
+        "threadId" TEXT NOT NULL, "parentId" TEXT, "command" TEXT, "streaming" BOOLEAN, "waitForAnswer" BOOLEAN,
+        "isError" BOOLEAN, "metadata" TEXT, "tags" TEXT, "input" TEXT, "output" TEXT, "createdAt" TEXT,
+        "start" TEXT, "end" TEXT, "generation" TEXT, "showInput" TEXT, "language" TEXT, "indent" INTEGER,
+        "defaultOpen" BOOLEAN, "autoCollapse" BOOLEAN, "icon" TEXT)""",
+    """CREATE INDEX IF NOT EXISTS steps_thread ON steps ("threadId")""",
+    """CREATE TABLE IF NOT EXISTS elements ("id" TEXT PRIMARY KEY, "threadId" TEXT, "type" TEXT, "url" TEXT,
+        "chainlitKey" TEXT, "name" TEXT NOT NULL, "display" TEXT, "objectKey" TEXT, "size" TEXT, "page" INTEGER,
+        "language" TEXT, "forId" TEXT, "mime" TEXT, "props" TEXT, "autoPlay" BOOLEAN, "playerConfig" TEXT)""",
+    """CREATE TABLE IF NOT EXISTS feedbacks ("id" TEXT PRIMARY KEY, "forId" TEXT NOT NULL, "threadId" TEXT,
+        "value" INTEGER NOT NULL, "comment" TEXT)""",
+)
+
+
+def prepare_sqlite_folder(url: str) -> None:
+    """Create the folder of a SQLite database file (SQLite creates the file, not its folder)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+
+
+class ChatDataLayer(SQLAlchemyDataLayer):
+    """Chainlit's SQL data layer that creates its tables on first use and copies ratings to the FeedbackStore."""
+
+    def __init__(self, url: str, feedback: FeedbackStore) -> None:
+        prepare_sqlite_folder(url)
+        super().__init__(conninfo=url)
+        self._feedback = feedback
+        self._schema_ready = False
+
+    async def execute_sql(self, query: str, parameters: dict[str, Any]) -> list[dict[str, Any]] | int | None:
+        """Run one statement, creating the tables before the first."""
+        if not self._schema_ready:
+            async with self.engine.begin() as connection:
+                for statement in SCHEMA:
+                    await connection.execute(text(statement))
+            self._schema_ready = True
+        result: list[dict[str, Any]] | int | None = await super().execute_sql(query, parameters)
+        return result
+
+    async def create_element(self, element: Any) -> None:
+        """Source panels are not stored: the message keeps the source list, and a file store is not worth it here."""
+
+    async def upsert_feedback(self, feedback: ChainlitFeedback) -> str:
+        """Store the rating for Chainlit, and with its question, answer and sources for the helpdesk."""
+        feedback_id: str = await super().upsert_feedback(feedback)
+        record = await self._feedback_record(feedback)
+        if record is not None:
+            await asyncio.to_thread(self._feedback.record, record)
+        return feedback_id
+
+    async def delete_feedback(self, feedback_id: str) -> bool:
+        """Forget a rating in both stores."""
+        rows = await self.execute_sql('SELECT "forId" FROM feedbacks WHERE "id" = :id', {"id": feedback_id})
+        deleted: bool = await super().delete_feedback(feedback_id)
+        if isinstance(rows, list) and rows:
+            await asyncio.to_thread(self._feedback.remove, str(rows[0]["forId"]))
+        return deleted
+
+    async def _feedback_record(self, feedback: ChainlitFeedback) -> Feedback | None:
+        query = """SELECT s."metadata" AS metadata, t."userIdentifier" AS user FROM steps s
+                   LEFT JOIN threads t ON t."id" = s."threadId" WHERE s."id" = :id"""
+        rows = await self.execute_sql(query, {"id": feedback.forId})
+        if not isinstance(rows, list) or not rows:
+            return None
+        meta = rows[0]["metadata"]
+        meta = json.loads(meta) if isinstance(meta, str) else meta or {}
+        if "question" not in meta:
+            return None  # not an answer (e.g. the welcome message)
+        return Feedback(answer_id=feedback.forId, rating=1 if feedback.value else -1, question=meta["question"],
+                        answer=meta.get("answer", ""), sources=meta.get("sources", []),
+                        comment=feedback.comment or "", user=rows[0]["user"] or "", channel="chat")

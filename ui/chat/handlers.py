@@ -1,0 +1,169 @@
+"""Chainlit handlers: sign-in, welcome, streamed cited answers with source panels, history, errors.
+
+Loaded by Chainlit (mount_chainlit) after `mount_chat` installed the shared context; answers go through the same
+QueryEngine as the CLI and the API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import chainlit as cl
+from chainlit.types import ThreadDict
+from starlette.concurrency import iterate_in_threadpool
+
+from ingest.service import list_documents
+from rag.answer import Answer, Done, Event, Retrieved, Token
+from rag.errors import EmptyIndex, LLMUnavailable, RagError, StoreUnavailable
+from rag.prompt import Message
+from ui.api.answering import ask_body
+from ui.api.errors import ApiError
+from ui.chat import state
+from ui.chat.data_layer import ChatDataLayer
+from ui.chat.render import SourcePanel, answer_markdown, source_panels, welcome_markdown
+from ui.chat.texts import Language, pick_language, text
+from ui.chat.users import authenticate
+
+log = logging.getLogger("rag.chat")
+context = state.current()
+HISTORY_TURNS = 6  # messages of earlier turns given to the engine (it condenses them into a standalone question)
+
+
+if context.settings.ui_auth:
+
+    @cl.password_auth_callback
+    async def sign_in(username: str, password: str) -> cl.User | None:
+        """Check a name and password against RAG_UI_USERS (PBKDF2, off the event loop)."""
+        user = await asyncio.to_thread(authenticate, context.users, username, password)
+        if user is None:
+            return None
+        return cl.User(identifier=user.name, metadata={"groups": list(user.groups), "provider": "credentials"})
+
+
+@cl.data_layer
+def data_layer() -> ChatDataLayer:
+    """History and feedback in RAG_CHAT_DB_URL; ratings also go to the feedback store."""
+    return ChatDataLayer(context.settings.chat_database_url, context.feedback)
+
+
+def _language() -> Language:
+    environ: dict[str, Any] = cl.context.session.environ or {}
+    return pick_language(str(environ.get("HTTP_ACCEPT_LANGUAGE", "")))
+
+
+@cl.on_chat_start
+async def start() -> None:
+    """Greet with what is indexed."""
+    cl.user_session.set("history", [])
+    language = _language()
+    try:
+        welcome = await asyncio.to_thread(_welcome, language)
+    except RagError:
+        welcome = text(language, "store_down")
+    await cl.Message(content=welcome).send()
+
+
+def _welcome(language: Language) -> str:
+    settings = context.settings
+    sources = [entry.source for entry in list_documents(settings)]
+    return welcome_markdown(sources, context.services().store.count(), language)
+
+
+@cl.on_chat_resume
+async def resume(thread: ThreadDict) -> None:
+    """Continue an earlier conversation: its turns become the history again."""
+    history: list[Message] = []
+    for step in thread.get("steps", []):
+        metadata = step.get("metadata") or {}
+        if step.get("type") == "user_message":
+            history.append({"role": "user", "content": step.get("output") or ""})
+        elif step.get("type") == "assistant_message" and "question" in metadata:
+            history.append({"role": "assistant", "content": str(metadata.get("answer", ""))})
+    cl.user_session.set("history", history[-HISTORY_TURNS:])
+
+
+@cl.on_message
+async def on_message(message: cl.Message) -> None:
+    """Answer a question from the documents, streaming, with sources, or say clearly why not."""
+    language = _language()
+    history: list[Message] = cl.user_session.get("history") or []
+    reply = cl.Message(content="")
+    try:
+        answer = await _answer(message.content, history, reply, language)
+    except ApiError:
+        await _fail(reply, text(language, "busy"))
+        return
+    except (LLMUnavailable, StoreUnavailable, EmptyIndex) as exc:
+        await _fail(reply, text(language, _ERROR_TEXTS[type(exc)]))
+        return
+    except Exception:
+        reference = uuid.uuid4().hex[:8]
+        log.exception("chat answer failed (reference %s)", reference)
+        await _fail(reply, text(language, "failed", ref=reference))
+        return
+    turn: list[Message] = [{"role": "user", "content": message.content}, {"role": "assistant", "content": answer.text}]
+    cl.user_session.set("history", (history + turn)[-HISTORY_TURNS:])
+
+
+_ERROR_TEXTS = {LLMUnavailable: "llm_down", StoreUnavailable: "store_down", EmptyIndex: "empty_index"}
+
+
+async def _answer(question: str, history: list[Message], reply: cl.Message, language: Language) -> Answer:
+    services = context.services()
+    async with services.gate_slot():
+        events = iterate_in_threadpool(services.engine.stream(question, history))
+        async with cl.Step(name=text(language, "searching"), type="retrieval", show_input=False) as step:
+            first = await anext(events)
+            step.output = _retrieval_summary(first, language)
+        answer = await _stream(first, events, reply)
+    services.metrics.observe_answer(answer)
+    await _finish(reply, question, answer, language)
+    return answer
+
+
+def _retrieval_summary(first: Event, language: Language) -> str:
+    if isinstance(first, Retrieved):
+        return text(language, "found", n=len(first.hits), score=first.hits[0].score)
+    return text(language, "found_none")
+
+
+async def _stream(first: Event, events: AsyncIterator[Event], reply: cl.Message) -> Answer:
+    event: Event = first
+    while True:
+        if isinstance(event, Token):
+            await reply.stream_token(event.text)
+        elif isinstance(event, Done):
+            return event.answer
+        event = await anext(events)
+
+
+async def _finish(reply: cl.Message, question: str, answer: Answer, language: Language) -> None:
+    """Replace the streamed text with the finished message: answer, sources, metrics; panels behind [n]."""
+    files = await asyncio.to_thread(_document_files)
+    reply.content = answer_markdown(answer, language)
+    reply.elements = [_element(panel) for panel in source_panels(answer, files)]  # type: ignore[misc]
+    body = ask_body(answer, context.settings.escalate_below)
+    reply.metadata = {"question": question, "answer": answer.text, "answerable": answer.answerable,
+                      "sources": body["sources"], "confidence": answer.confidence}
+    await reply.send()  # ends the stream (if any) and persists the message with its elements
+
+
+def _document_files() -> dict[str, Path]:
+    return {entry.doc_id: Path(entry.root) / entry.source for entry in list_documents(context.settings)}
+
+
+def _element(panel: SourcePanel) -> cl.Pdf | cl.Text:
+    if panel.kind == "pdf":
+        return cl.Pdf(name=panel.name, path=str(panel.path), page=panel.page, display="side")
+    return cl.Text(name=panel.name, content=panel.content, display="side")
+
+
+async def _fail(reply: cl.Message, message: str) -> None:
+    reply.content = f"⚠️ {message}"
+    await reply.send()
+

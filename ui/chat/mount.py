@@ -1,0 +1,41 @@
+"""Mounting the Chainlit chat into the FastAPI app, with sign-in set up from settings."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from fastapi import FastAPI
+from starlette.staticfiles import StaticFiles
+
+from rag.config import Settings
+from rag.errors import ConfigError
+from rag.wiring import build_feedback_store
+from ui.api.services import Services
+from ui.chat import CHAT_DIR, state
+from ui.chat.users import parse_users
+
+CHAT_PATH = "/chat"
+
+
+def mount_chat(app: FastAPI, settings: Settings, services: Callable[[], Services]) -> None:
+    """Serve the chat at /chat; with RAG_UI_AUTH on, a secret and at least one user are required."""
+    users = parse_users(settings.ui_users)
+    if settings.ui_auth:
+        if not settings.ui_auth_secret:
+            raise ConfigError("RAG_UI_AUTH_SECRET must be set for the chat's sign-in (e.g. `openssl rand -hex 32`); "
+                              "or RAG_UI_AUTH=false for local use without sign-in")
+        if not users:
+            raise ConfigError("RAG_UI_USERS names no user (name:hash entries, hashes from `rag hash-password`); "
+                              "or RAG_UI_AUTH=false for local use without sign-in")
+        os.environ["CHAINLIT_AUTH_SECRET"] = settings.ui_auth_secret
+    state.install(state.ChatContext(settings, services, users, build_feedback_store(settings)))
+    import chainlit
+    from chainlit.utils import mount_chainlit
+
+    mount_chainlit(app, target=str(CHAT_DIR / "handlers.py"), path=CHAT_PATH)
+    # The PDF viewer asks for its worker at /assets/… even when Chainlit is mounted below a path (Chainlit 2.12):
+    # without this, PDF sources fail to open.
+    assets = Path(chainlit.__file__).parent / "frontend" / "dist" / "assets"
+    app.mount("/assets", StaticFiles(directory=assets), name="chainlit-assets")

@@ -1,0 +1,74 @@
+"""What the chat says, in English and Chinese; the browser's Accept-Language picks one."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+Language = Literal["en", "zh"]
+
+TEXTS: dict[Language, dict[str, str]] = {
+    "en": {
+        "welcome": "Ask me about the company's documents. I answer from **{documents}** indexed "
+                   "(**{chunks}** passages{kinds}), and every answer lists its sources: click **[1]**, **[2]**… "
+                   "to read the passage{pdf_hint}.",
+        "welcome_pdf_hint": " (a PDF opens at its page)",
+        "welcome_empty": "The knowledge base is empty: nothing is indexed yet. Ask an administrator to run "
+                         "`rag-ingest` on the documents folder.",
+        "documents": "{n} documents",
+        "searching": "Searching documents",
+        "found": "{n} passages found (best match {score:.2f})",
+        "found_none": "Nothing close enough in the documents",
+        "sources": "Sources",
+        "page": "p. {page}",
+        "uncited": "⚠️ This answer cites no source; check it against the sources below.",
+        "not_found_title": "Not in the documents",
+        "not_found_body": "I couldn't find this in the indexed documents, so I won't guess. Try rephrasing with "
+                          "the words your documents use, or contact the helpdesk.",
+        "metrics": "{prompt} tokens in · {completion} out · first token {first} · {total} total · {rate} tok/s",
+        "llm_down": "The answer service is unreachable right now. Please try again in a minute; if it persists, "
+                    "tell the helpdesk.",
+        "store_down": "The document index cannot be reached right now. Please try again shortly.",
+        "empty_index": "The knowledge base is empty: nothing is indexed yet. Ask an administrator to run "
+                       "`rag-ingest`.",
+        "failed": "Something went wrong while answering (reference {ref}). Please try again.",
+        "busy": "Many people are asking right now; please try again in a few seconds.",
+    },
+    "zh": {
+        "welcome": "可以向我询问公司文档中的内容。我根据已索引的 **{documents}**（**{chunks}** 个段落{kinds}）"
+                   "作答，每个回答都列出来源：点击 **[1]**、**[2]**… 查看原文{pdf_hint}。",
+        "welcome_pdf_hint": "（PDF 会打开到对应页）",
+        "welcome_empty": "知识库是空的：尚未索引任何文档。请联系管理员对文档目录运行 `rag-ingest`。",
+        "documents": "{n} 份文档",
+        "searching": "正在检索文档",
+        "found": "找到 {n} 个段落（最佳匹配 {score:.2f}）",
+        "found_none": "文档中没有足够相关的内容",
+        "sources": "来源",
+        "page": "第 {page} 页",
+        "uncited": "⚠️ 这个回答没有引用来源，请对照下面的来源核实。",
+        "not_found_title": "文档中没有相关内容",
+        "not_found_body": "在已索引的文档中没有找到答案，所以我不做猜测。请换一种说法（使用文档中的用词），"
+                          "或联系服务台。",
+        "metrics": "输入 {prompt} 词元 · 输出 {completion} · 首词元 {first} · 总计 {total} · {rate} 词元/秒",
+        "llm_down": "回答服务暂时无法连接。请稍后再试；如果问题持续，请联系服务台。",
+        "store_down": "暂时无法访问文档索引，请稍后再试。",
+        "empty_index": "知识库是空的：尚未索引任何文档。请联系管理员运行 `rag-ingest`。",
+        "failed": "回答时出错（参考编号 {ref}），请重试。",
+        "busy": "当前提问的人很多，请几秒钟后再试。",
+    },
+}
+
+
+def pick_language(accept_language: str) -> Language:
+    """Chinese when the browser prefers any zh variant before English, else English."""
+    for part in accept_language.split(","):
+        tag = part.split(";")[0].strip().lower()
+        if tag.startswith("zh"):
+            return "zh"
+        if tag.startswith("en"):
+            return "en"
+    return "en"
+
+
+def text(language: Language, key: str, **values: object) -> str:
+    """The UI string `key` in `language`, filled with `values`."""
+    return TEXTS[language][key].format(**values)
