@@ -54,6 +54,7 @@ class Settings(BaseSettings):
     llm_connect_timeout_s: float = Field(default=2.0, gt=0)
     llm_max_tokens: int = Field(default=384, ge=1)
     llm_temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    llm_repetition_penalty: float = Field(default=1.1, ge=1.0, le=2.0)
     llm_model_path: Path | None = None
     llm_max_model_len: int = Field(default=4096, ge=256)
     llm_start_timeout_s: float = Field(default=900.0, gt=0)

@@ -33,11 +33,13 @@ class Delta:
 class LLM:
     """Chat completions against one served model; vLLM applies the model's own chat template."""
 
-    def __init__(self, client: OpenAI, model: str, max_tokens: int = 512, temperature: float = 0.0) -> None:
+    def __init__(self, client: OpenAI, model: str, max_tokens: int = 512, temperature: float = 0.0,
+                 repetition_penalty: float = 1.0) -> None:
         self._client = client
         self.model = model
         self.max_tokens = max_tokens
         self.temperature = temperature
+        self.repetition_penalty = repetition_penalty
 
     @property
     def base_url(self) -> str:
@@ -52,7 +54,7 @@ class LLM:
             chunks = self._client.chat.completions.create(
                 model=self.model, messages=cast("list[ChatCompletionMessageParam]", list(messages)),
                 max_tokens=max_tokens or self.max_tokens, temperature=self.temperature, stream=True,
-                stream_options={"include_usage": True},
+                stream_options={"include_usage": True}, extra_body=self._sampling_extras(),
             )
             for chunk in chunks:
                 if chunk.choices and chunk.choices[0].delta.content:
@@ -65,6 +67,10 @@ class LLM:
             ) from exc
         except openai.APIStatusError as exc:
             raise RagError(f"the LLM server at {self.base_url} answered {exc.status_code}: {exc.message}") from exc
+
+    def _sampling_extras(self) -> dict[str, float] | None:
+        # repetition_penalty is vLLM's extension of the OpenAI API; sent only when set, so other servers still work.
+        return {"repetition_penalty": self.repetition_penalty} if self.repetition_penalty != 1.0 else None
 
     def complete(self, messages: Sequence[Message], max_tokens: int | None = None) -> str:
         """The whole reply as one string (used for short internal calls like question condensing)."""

@@ -106,7 +106,8 @@ def build_llm(settings: Settings) -> LLM:
 
     timeout = Timeout(settings.llm_timeout_s, connect=settings.llm_connect_timeout_s)
     client = OpenAI(base_url=settings.llm_base_url, api_key=settings.llm_api_key, timeout=timeout, max_retries=0)
-    return LLM(client, settings.llm_model, settings.llm_max_tokens, settings.llm_temperature)
+    return LLM(client, settings.llm_model, settings.llm_max_tokens, settings.llm_temperature,
+               settings.llm_repetition_penalty)
 
 
 def build_engine(settings: Settings, embedder: Embedder | None = None, store: ChromaStore | None = None,

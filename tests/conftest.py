@@ -12,6 +12,10 @@ import pytest
 from rag.config import Settings
 from rag.embedder import Embedder, Vectors
 from rag.wiring import build_embedder
+from ui.chat import CHAT_DIR
+
+# Anything below may import Chainlit, which reads (and would otherwise create) its config in the current directory.
+os.environ.setdefault("CHAINLIT_APP_ROOT", str(CHAT_DIR))
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parent.parent

@@ -39,7 +39,7 @@ class FakeLLMServer:
         text = self.reply(body["messages"])
         return httpx2.Response(200, content=_sse(text, 100), headers={"content-type": "text/event-stream"})
 
-    def llm(self) -> LLM:
+    def llm(self, repetition_penalty: float = 1.0) -> LLM:
         client = OpenAI(base_url="http://fake/v1", api_key="k",
                         http_client=httpx2.Client(transport=httpx2.MockTransport(self.handler)))
-        return LLM(client, "fake-model", max_tokens=64)
+        return LLM(client, "fake-model", max_tokens=64, repetition_penalty=repetition_penalty)

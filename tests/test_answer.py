@@ -93,3 +93,11 @@ def test_empty_index_says_to_ingest(settings: Settings, embedder: CountingEmbedd
     engine = QueryEngine(Retriever(embedder, build_store(settings)), FakeLLMServer(lambda m: "").llm())
     with pytest.raises(EmptyIndex, match="rag-ingest"):
         engine.ask("anything")
+
+
+def test_repetition_penalty_is_sent_only_when_set() -> None:
+    server = FakeLLMServer(lambda messages: "ok")
+    server.llm(repetition_penalty=1.1).complete([{"role": "user", "content": "hi"}])
+    server.llm().complete([{"role": "user", "content": "hi"}])
+    assert server.requests[0]["repetition_penalty"] == 1.1
+    assert "repetition_penalty" not in server.requests[1]  # plain OpenAI-compatible servers reject unknown fields

@@ -82,15 +82,23 @@ class ChatDataLayer(SQLAlchemyDataLayer):
         return deleted
 
     async def _feedback_record(self, feedback: ChainlitFeedback) -> Feedback | None:
+        # Chainlit rates the run step of a turn; the answer is that step's assistant message (or the step itself).
         query = """SELECT s."metadata" AS metadata, t."userIdentifier" AS user FROM steps s
-                   LEFT JOIN threads t ON t."id" = s."threadId" WHERE s."id" = :id"""
+                   LEFT JOIN threads t ON t."id" = s."threadId"
+                   WHERE s."id" = :id OR (s."parentId" = :id AND s."type" = 'assistant_message')
+                   ORDER BY s."createdAt" """
         rows = await self.execute_sql(query, {"id": feedback.forId})
-        if not isinstance(rows, list) or not rows:
-            return None
-        meta = rows[0]["metadata"]
-        meta = json.loads(meta) if isinstance(meta, str) else meta or {}
-        if "question" not in meta:
+        answers = [(_json(row["metadata"]), row["user"]) for row in rows] if isinstance(rows, list) else []
+        answers = [(meta, user) for meta, user in answers if "question" in meta]
+        if not answers:
             return None  # not an answer (e.g. the welcome message)
+        meta, user = answers[-1]
         return Feedback(answer_id=feedback.forId, rating=1 if feedback.value else -1, question=meta["question"],
                         answer=meta.get("answer", ""), sources=meta.get("sources", []),
-                        comment=feedback.comment or "", user=rows[0]["user"] or "", channel="chat")
+                        comment=feedback.comment or "", user=user or "", channel="chat")
+
+
+def _json(value: object) -> dict[str, Any]:
+    """Step metadata: a JSON string on SQLite, already a dict on some drivers."""
+    loaded = json.loads(value) if isinstance(value, str) and value else value
+    return loaded if isinstance(loaded, dict) else {}

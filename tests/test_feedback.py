@@ -1,0 +1,65 @@
+"""Feedback: the core store on SQLite, and the chat's data layer copying 👍/👎 there with question and sources."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import sqlalchemy as sa
+from chainlit.types import Feedback as ChainlitFeedback
+
+from rag.config import Settings
+from rag.feedback import Feedback, FeedbackStore
+from rag.wiring import build_feedback_store
+from ui.chat.data_layer import ChatDataLayer
+
+SOURCES = [{"n": 1, "source": "hr/leave.md", "page": None, "snippet": "25 days"}]
+
+
+def test_store_records_replaces_and_removes(settings: Settings) -> None:
+    store = build_feedback_store(settings)
+    assert (settings.data_dir / "feedback.db").is_file()
+    store.record(Feedback("a1", -1, "How much leave?", "25 days [1].", SOURCES, "wrong year", "alice", "chat"))
+    store.record(Feedback("a1", 1, "How much leave?", "25 days [1].", SOURCES, "", "alice", "chat"))
+    store.record(Feedback("a2", 1, "VPN?", "WireGuard.", [], created_at="2000-01-01T00:00:00+00:00"))
+    assert [(f.answer_id, f.rating) for f in store.recent()] == [("a1", 1), ("a2", 1)]
+    assert store.get("a1") == Feedback("a1", 1, "How much leave?", "25 days [1].", SOURCES, "", "alice", "chat",
+                                       store.get("a1").created_at)  # type: ignore[union-attr]
+    assert store.remove("a1") and not store.remove("a1")
+    assert store.get("a1") is None
+
+
+def test_chat_feedback_is_stored_with_question_answer_and_sources(tmp_path: Path) -> None:
+    store = FeedbackStore(sa.create_engine(f"sqlite:///{tmp_path / 'feedback.db'}"))
+    layer = ChatDataLayer(f"sqlite+aiosqlite:///{tmp_path / 'sub' / 'chat.db'}", store)
+
+    async def scenario() -> None:
+        await layer.update_thread("t1", name="How much leave?", metadata={})
+        await layer.execute_sql('UPDATE threads SET "userIdentifier" = :user WHERE "id" = :id',
+                                {"user": "alice", "id": "t1"})
+        # As Chainlit stores a turn: a run step, and the answer message inside it (the rating names the run).
+        await layer.execute_sql('INSERT INTO steps ("id", "name", "type", "threadId", "metadata") '
+                                "VALUES ('r1', 'on_message', 'run', 't1', '{}')", {})
+        await layer.execute_sql(
+            'INSERT INTO steps ("id", "name", "type", "threadId", "parentId", "output", "metadata") '
+            "VALUES (:id, 'Knowledge base', 'assistant_message', 't1', 'r1', :output, :metadata)",
+            {"id": "m1", "output": "25 days [1].\n\n**Sources** …",
+             "metadata": '{"question": "How much leave?", "answer": "25 days [1].", "sources": '
+                         '[{"n": 1, "source": "hr/leave.md", "page": null, "snippet": "25 days"}]}'})
+        feedback_id = await layer.upsert_feedback(ChainlitFeedback(forId="r1", value=0, threadId="t1",
+                                                                   comment="outdated"))
+        assert store.get("r1") == Feedback("r1", -1, "How much leave?", "25 days [1].", SOURCES, "outdated",
+                                           "alice", "chat", store.get("r1").created_at)  # type: ignore[union-attr]
+        assert await layer.delete_feedback(feedback_id)
+        assert store.get("r1") is None
+        # A rating of the message itself works as well.
+        await layer.upsert_feedback(ChainlitFeedback(forId="m1", value=1, threadId="t1"))
+        assert [(f.answer_id, f.rating, f.question) for f in store.recent()] == [("m1", 1, "How much leave?")]
+        store.remove("m1")
+        # Ratings of messages that are not answers (the welcome) are Chainlit's only.
+        await layer.upsert_feedback(ChainlitFeedback(forId="welcome", value=1, threadId="t1"))
+        assert store.recent() == []
+        await layer.engine.dispose()
+
+    asyncio.run(scenario())
+    assert (tmp_path / "sub" / "chat.db").is_file()
