@@ -1,4 +1,4 @@
-# make demo: set up what is missing, start the LLM server, ingest the samples, answer a question.
+# make demo: set up what is missing, start the LLM server, ingest the samples, answer a question, serve the chat UI.
 # make test: set up what is missing, lint, run every test (starting the servers the tests need).
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -10,6 +10,10 @@ BIN := $(VENV)/bin
 VLLM_VENV := .venv-vllm
 MODEL_DIR := data/models/smollm2-135m-instruct
 DEMO_QUESTION ?= How do I create a Python virtual environment?
+DEMO_PORT ?= 8000
+# Browser tests drive Debian's Chromium (never a downloaded browser).
+CHROMIUM := /usr/bin/chromium
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
@@ -38,6 +42,8 @@ demo: setup
 	$(BIN)/rag llm --detach
 	$(BIN)/rag-ingest data/samples
 	$(BIN)/rag ask "$(DEMO_QUESTION)"
+	@echo "Chat UI without sign-in (demo only) at http://127.0.0.1:$(DEMO_PORT)/chat — Ctrl-C stops it."
+	RAG_UI_AUTH=false $(BIN)/rag serve --port $(DEMO_PORT)
 
 llm: setup
 	$(BIN)/rag llm
@@ -46,7 +52,11 @@ lint: $(VENV)/.synced
 	$(BIN)/ruff check rag ingest ui tests benchmarks
 	$(BIN)/mypy
 
-test: setup lint
+$(CHROMIUM):
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium
+
+test: setup lint $(CHROMIUM)
 	$(BIN)/pytest -q
 
 bench: setup

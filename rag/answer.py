@@ -82,9 +82,10 @@ class Token:
 
 @dataclass(frozen=True, slots=True)
 class Retrieved:
-    """The excerpts the answer will be drawn from (sent before the first token)."""
+    """The excerpts the answer will be drawn from (sent before the first token), and the query that found them."""
 
     hits: list[Hit]
+    query: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +119,7 @@ class QueryEngine:
             timings = Timings(retrieve_ms, None, _ms(started))
             yield Done(Answer(REFUSAL, False, False, [], timings, standalone_question=standalone, confidence=sure))
             return
-        yield Retrieved(hits)
+        yield Retrieved(hits, standalone)
         yield from self._generate(question, hits, history, started, retrieve_ms, standalone, sure)
 
     def _generate(self, question: str, hits: list[Hit], history: Sequence[Message], started: float,
@@ -148,7 +149,7 @@ class QueryEngine:
 
     def condense(self, question: str, history: Sequence[Message]) -> str:
         """A standalone version of a follow-up question, for retrieval."""
-        rewritten = self._llm.complete(condense_messages(question, history), CONDENSE_MAX_TOKENS).strip()
+        rewritten = " ".join(self._llm.complete(condense_messages(question, history), CONDENSE_MAX_TOKENS).split())
         return rewritten.strip('"“”') or question
 
 

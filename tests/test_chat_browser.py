@@ -158,8 +158,16 @@ def test_sign_in_ask_read_sources_open_pdf_and_rate(page: Page, chat_app: ChatAp
     assert rating.question == question
     stored_words = re.findall(r"[A-Za-z]+", rating.answer)[:8]  # the page shows it rendered from Markdown
     assert stored_words and " ".join(stored_words) in " ".join(re.findall(r"[A-Za-z]+", text))
-    assert any(source["source"] == "debian-history.pdf" or str(source["source"]).endswith("debian-history.pdf")
-               for source in rating.sources)
+    assert any(str(source["source"]).endswith("debian-history.pdf") for source in rating.sources)
+
+    # A follow-up is searched for together with the conversation (the condensed question mentions Debian).
+    _ask(page, "Who founded it?")
+    expect(page.locator("[data-step-type=assistant_message]").filter(has_text="tok/s")).to_have_count(
+        2, timeout=ANSWER_TIMEOUT_MS)
+    page.locator("[id='step-Searching documents']").last.click()
+    searched = page.locator("[data-step-type=retrieval]").last
+    expect(searched).to_contain_text("Searched for")
+    expect(searched).to_contain_text("Debian")
 
 
 def _wait_for_feedback(app: ChatApp, timeout: float = 20.0):  # type: ignore[no-untyped-def]

@@ -119,17 +119,20 @@ async def _answer(question: str, history: list[Message], reply: cl.Message, lang
         events = iterate_in_threadpool(services.engine.stream(question, history))
         async with cl.Step(name=text(language, "searching"), type="retrieval", show_input=False) as step:
             first = await anext(events)
-            step.output = _retrieval_summary(first, language)
+            step.output = _retrieval_summary(first, question, language)
         answer = await _stream(first, events, reply)
     services.metrics.observe_answer(answer)
     await _finish(reply, question, answer, language)
     return answer
 
 
-def _retrieval_summary(first: Event, language: Language) -> str:
-    if isinstance(first, Retrieved):
-        return text(language, "found", n=len(first.hits), score=first.hits[0].score)
-    return text(language, "found_none")
+def _retrieval_summary(first: Event, question: str, language: Language) -> str:
+    if not isinstance(first, Retrieved):
+        return text(language, "found_none")
+    found = text(language, "found", n=len(first.hits), score=first.hits[0].score)
+    if first.query and first.query != question:
+        return text(language, "searched_for", query=first.query) + "\n\n" + found
+    return found
 
 
 async def _stream(first: Event, events: AsyncIterator[Event], reply: cl.Message) -> Answer:
