@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
+import sys
+import time
+import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 
 from rag.config import Settings
@@ -51,8 +57,61 @@ def embedder(real_embedder: Embedder) -> CountingEmbedder:
     return CountingEmbedder(real_embedder)
 
 
+@dataclass(frozen=True)
+class ChromaServer:
+    """A real Chroma server (`chroma run` from the chromadb package) on 127.0.0.1."""
+
+    url: str
+    process: subprocess.Popen[bytes]
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChromaServer]:
+    """Started once per session; each test gets its own collection on it."""
+    folder = tmp_path_factory.mktemp("chroma-server")
+    port = free_port()
+    chroma = Path(sys.executable).parent / "chroma"
+    with (folder / "chroma.log").open("wb") as log:
+        process = subprocess.Popen([str(chroma), "run", "--path", str(folder / "db"), "--host", "127.0.0.1",
+                                    "--port", str(port)], stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/api/v2/heartbeat", timeout=1).status_code == 200:
+                break
+        except httpx.TransportError:
+            time.sleep(0.2)
+    else:
+        process.terminate()
+        raise AssertionError(f"chroma run did not start: {(folder / 'chroma.log').read_text()[-2000:]}")
+    yield ChromaServer(url, process)
+    process.terminate()
+    process.wait(timeout=30)
+
+
+@pytest.fixture(params=["embedded"])
+def chroma_mode(request: pytest.FixtureRequest) -> str:
+    """Which store the `settings` fixture points at; contract suites parametrize it over embedded and server."""
+    return str(request.param)
+
+
+STORE_MODES = pytest.mark.parametrize("chroma_mode", ["embedded", "server"], indirect=True)
+
+
 @pytest.fixture
-def settings(tmp_path: Path) -> Settings:
+def settings(tmp_path: Path, chroma_mode: str, request: pytest.FixtureRequest) -> Settings:
+    if chroma_mode == "server":
+        server: ChromaServer = request.getfixturevalue("chroma_server")
+        return Settings(data_dir=tmp_path / "data", chroma_url=server.url,  # type: ignore[call-arg]
+                        collection=f"t{uuid.uuid4().hex[:12]}", _env_file=None)
     return Settings(data_dir=tmp_path / "data", _env_file=None)  # type: ignore[call-arg]
 
 
@@ -81,6 +140,8 @@ def write(docs: Path) -> Callable[[str, str | bytes], Path]:
 def cli_env(settings: Settings) -> Iterator[dict[str, str]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAG_")}
     env["RAG_DATA_DIR"] = str(settings.data_dir)
+    if settings.chroma_url:
+        env |= {"RAG_CHROMA_URL": settings.chroma_url, "RAG_COLLECTION": settings.collection}
     yield env
 
 

@@ -1,4 +1,4 @@
-"""The query path over real retrieval (MiniLM + embedded Chroma) and a fake LLM under the openai SDK."""
+"""The query path over real retrieval (MiniLM + embedded Chroma or a Chroma server) and a fake LLM (openai SDK)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ from rag.errors import EmptyIndex, LLMUnavailable
 from rag.prompt import CONDENSE_PROMPT, REFUSAL, SYSTEM_PROMPT, Message
 from rag.retrieve import Retriever
 from rag.wiring import build_llm, build_store
-from tests.conftest import CountingEmbedder
+from tests.conftest import STORE_MODES, CountingEmbedder
 from tests.fake_llm import FakeLLMServer
+
+pytestmark = STORE_MODES
 
 Write = Callable[[str, str | bytes], Path]
 
@@ -93,11 +95,3 @@ def test_empty_index_says_to_ingest(settings: Settings, embedder: CountingEmbedd
     engine = QueryEngine(Retriever(embedder, build_store(settings)), FakeLLMServer(lambda m: "").llm())
     with pytest.raises(EmptyIndex, match="rag-ingest"):
         engine.ask("anything")
-
-
-def test_repetition_penalty_is_sent_only_when_set() -> None:
-    server = FakeLLMServer(lambda messages: "ok")
-    server.llm(repetition_penalty=1.1).complete([{"role": "user", "content": "hi"}])
-    server.llm().complete([{"role": "user", "content": "hi"}])
-    assert server.requests[0]["repetition_penalty"] == 1.1
-    assert "repetition_penalty" not in server.requests[1]  # plain OpenAI-compatible servers reject unknown fields

@@ -139,7 +139,9 @@ def test_sign_in_ask_read_sources_open_pdf_and_rate(page: Page, chat_app: ChatAp
     expect(answer).to_contain_text("tok/s", timeout=ANSWER_TIMEOUT_MS)  # the metrics line ends a finished answer
     text = _last_answer(page)
     assert "Sources" in text and "tokens in" in text
-    n, page_number = next((int(m[1]), int(m[2])) for m in re.finditer(r"\[(\d)\]\s*debian-history\.pdf, p\. (\d+)", text))
+    pdf_source = re.search(r"\[(\d)\]\s*debian-history\.pdf, p\. (\d+)", text)
+    assert pdf_source, text
+    n, page_number = int(pdf_source[1]), int(pdf_source[2])
 
     # [n] in the source list opens the PDF at the cited page in the side panel.
     answer.locator("a", has_text=f"[{n}]").last.click()

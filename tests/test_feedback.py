@@ -11,7 +11,7 @@ from chainlit.types import Feedback as ChainlitFeedback
 from rag.config import Settings
 from rag.feedback import Feedback, FeedbackStore
 from rag.wiring import build_feedback_store
-from ui.chat.data_layer import ChatDataLayer
+from ui.chat.data_layer import ChatDataLayer, history_from_steps
 
 SOURCES = [{"n": 1, "source": "hr/leave.md", "page": None, "snippet": "25 days"}]
 
@@ -63,3 +63,18 @@ def test_chat_feedback_is_stored_with_question_answer_and_sources(tmp_path: Path
 
     asyncio.run(scenario())
     assert (tmp_path / "sub" / "chat.db").is_file()
+
+
+def test_a_resumed_conversation_gives_back_its_history() -> None:
+    steps = [
+        {"type": "run", "metadata": "{}"},
+        {"type": "assistant_message", "output": "Welcome", "metadata": "{}"},  # the greeting is not a turn
+        {"type": "user_message", "output": "How much leave?", "metadata": '{"location": "x"}'},
+        {"type": "assistant_message", "output": "25 days [1].\n\n**Sources** …",
+         "metadata": '{"question": "How much leave?", "answer": "25 days [1]."}'},
+        {"type": "user_message", "output": "And in the first year?", "metadata": None},
+    ]
+    assert history_from_steps(steps, turns=6) == [
+        {"role": "user", "content": "How much leave?"}, {"role": "assistant", "content": "25 days [1]."},
+        {"role": "user", "content": "And in the first year?"}]
+    assert len(history_from_steps(steps, turns=2)) == 2

@@ -15,6 +15,7 @@ from rag.prompt import (
     is_refusal,
 )
 from rag.types import Hit
+from tests.fake_llm import FakeLLMServer
 
 HITS = [
     Hit(chunk_id="c1", text="Staff get 25 days of annual leave.\n", source="hr/leave.md", score=0.8,
@@ -75,3 +76,11 @@ def test_refusal_detection() -> None:
     assert is_refusal(REFUSAL)
     assert is_refusal("i could not find this in the documents")
     assert not is_refusal("Staff get 25 days [1].")
+
+
+def test_repetition_penalty_is_sent_only_when_set() -> None:
+    server = FakeLLMServer(lambda messages: "ok")
+    server.llm(repetition_penalty=1.1).complete([{"role": "user", "content": "hi"}])
+    server.llm().complete([{"role": "user", "content": "hi"}])
+    assert server.requests[0]["repetition_penalty"] == 1.1
+    assert "repetition_penalty" not in server.requests[1]  # plain OpenAI-compatible servers reject unknown fields

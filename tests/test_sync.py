@@ -1,4 +1,4 @@
-"""Incremental sync against the real MiniLM and an embedded Chroma store in a temporary folder."""
+"""Incremental sync against the real MiniLM, on embedded Chroma and on a real Chroma server (the same contract)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ from rag.config import Settings
 from rag.retrieve import Retriever
 from rag.store import ChromaStore
 from rag.wiring import build_store
-from tests.conftest import CountingEmbedder
+from tests.conftest import STORE_MODES, CountingEmbedder
 from tests.docs_factory import pdf_bytes
+
+pytestmark = STORE_MODES
 
 Write = Callable[[str, str | bytes], Path]
 

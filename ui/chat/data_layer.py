@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from rag.feedback import Feedback, FeedbackStore
+from rag.prompt import Message
 
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS users ("id" TEXT PRIMARY KEY, "identifier" TEXT NOT NULL UNIQUE,
@@ -88,7 +90,7 @@ class ChatDataLayer(SQLAlchemyDataLayer):
                    WHERE s."id" = :id OR (s."parentId" = :id AND s."type" = 'assistant_message')
                    ORDER BY s."createdAt" """
         rows = await self.execute_sql(query, {"id": feedback.forId})
-        answers = [(_json(row["metadata"]), row["user"]) for row in rows] if isinstance(rows, list) else []
+        answers = [(step_metadata(row["metadata"]), row["user"]) for row in rows] if isinstance(rows, list) else []
         answers = [(meta, user) for meta, user in answers if "question" in meta]
         if not answers:
             return None  # not an answer (e.g. the welcome message)
@@ -98,7 +100,19 @@ class ChatDataLayer(SQLAlchemyDataLayer):
                         comment=feedback.comment or "", user=user or "", channel="chat")
 
 
-def _json(value: object) -> dict[str, Any]:
-    """Step metadata: a JSON string on SQLite, already a dict on some drivers."""
+def step_metadata(value: object) -> dict[str, Any]:
+    """A stored step's metadata: a JSON string on SQLite, already a dict on some drivers."""
     loaded = json.loads(value) if isinstance(value, str) and value else value
     return loaded if isinstance(loaded, dict) else {}
+
+
+def history_from_steps(steps: Iterable[Mapping[str, Any]], turns: int) -> list[Message]:
+    """The chat history of a stored conversation: its questions and our answers (without the source lists)."""
+    history: list[Message] = []
+    for step in steps:
+        metadata = step_metadata(step.get("metadata"))
+        if step.get("type") == "user_message":
+            history.append({"role": "user", "content": str(step.get("output") or "")})
+        elif step.get("type") == "assistant_message" and "question" in metadata:
+            history.append({"role": "assistant", "content": str(metadata.get("answer", ""))})
+    return history[-turns:]

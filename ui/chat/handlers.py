@@ -24,7 +24,7 @@ from rag.prompt import Message
 from ui.api.answering import ask_body
 from ui.api.errors import ApiError
 from ui.chat import state
-from ui.chat.data_layer import ChatDataLayer
+from ui.chat.data_layer import ChatDataLayer, history_from_steps
 from ui.chat.render import SourcePanel, answer_markdown, source_panels, welcome_markdown
 from ui.chat.texts import Language, pick_language, text
 from ui.chat.users import authenticate
@@ -77,14 +77,7 @@ def _welcome(language: Language) -> str:
 @cl.on_chat_resume
 async def resume(thread: ThreadDict) -> None:
     """Continue an earlier conversation: its turns become the history again."""
-    history: list[Message] = []
-    for step in thread.get("steps", []):
-        metadata = step.get("metadata") or {}
-        if step.get("type") == "user_message":
-            history.append({"role": "user", "content": step.get("output") or ""})
-        elif step.get("type") == "assistant_message" and "question" in metadata:
-            history.append({"role": "assistant", "content": str(metadata.get("answer", ""))})
-    cl.user_session.set("history", history[-HISTORY_TURNS:])
+    cl.user_session.set("history", history_from_steps(thread.get("steps", []), HISTORY_TURNS))
 
 
 @cl.on_message

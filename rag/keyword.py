@@ -1,0 +1,161 @@
+"""Keyword search beside Chroma: BM25 (bm25s) over jieba tokens for Chinese and word tokens otherwise.
+
+The tokens of every chunk live in a SQLite file next to the sync manifest, updated by each ingest (add, change,
+delete), so the index survives restarts; the BM25 matrix is rebuilt in memory when that file's revision changes.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sqlite3
+import threading
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rag.types import Chunk
+
+K1, B = 1.5, 0.75
+_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+# Words so common that they only add noise to a short question.
+STOPWORDS = frozenset(
+    "a an and are as at be by can do does for from how i in is it of on or that the this to was what when where "
+    "which who why will with you your my me we our if not no there their they be been has have had into about "
+    "的 了 是 在 和 与 或 我 你 他 她 它 们 这 那 吗 呢 吧 啊 就 都 也 还 要 会 能 可以 什么 怎么 如何 为什么 哪 哪些 一个 "
+    "有 没有 把 被 对 中 上 下 以 及 之 其 为 于".split()
+)
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS tokens (chunk_id TEXT PRIMARY KEY, doc_id TEXT NOT NULL, tokens TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS tokens_doc ON tokens (doc_id);
+CREATE TABLE IF NOT EXISTS revision (id INTEGER PRIMARY KEY CHECK (id = 1), value INTEGER NOT NULL);
+INSERT OR IGNORE INTO revision VALUES (1, 0);
+"""
+
+
+def has_cjk(text: str) -> bool:
+    """Whether the text contains Chinese (Han) characters."""
+    return _CJK.search(text) is not None
+
+
+def cjk_share(text: str) -> float:
+    """The share of Han characters among the letters and digits of a text (0 for pure English)."""
+    letters = [ch for ch in text if ch.isalnum()]
+    return sum(1 for ch in letters if _CJK.match(ch)) / len(letters) if letters else 0.0
+
+
+def tokenize(text: str) -> list[str]:
+    """Lower-cased search tokens: jieba's words where there is Chinese, word characters elsewhere; no stopwords."""
+    lowered = text.lower()
+    if has_cjk(lowered):
+        import jieba
+
+        words: Iterable[str] = (w for piece in jieba.cut_for_search(lowered) for w in _WORD.findall(piece))
+    else:
+        words = _WORD.findall(lowered)
+    return [word for word in words if word not in STOPWORDS]
+
+
+@dataclass(frozen=True, slots=True)
+class KeywordHit:
+    """A chunk found by keyword; `coverage` is its BM25 score over the best the query could get (0–1)."""
+
+    chunk_id: str
+    score: float
+    coverage: float
+
+
+class KeywordIndex:
+    """BM25 over the chunks of one collection, persisted as tokens in SQLite."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._path = path
+        self._lock = threading.Lock()
+        self._loaded_revision = -1
+        self._bm25: Any = None
+        self._ids: list[str] = []
+        self._idf: dict[str, float] = {}
+        with self._connect() as db:
+            db.executescript(SCHEMA)
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self._path, timeout=30)
+        db.execute("PRAGMA journal_mode=WAL")
+        return db
+
+    def add(self, chunks: Sequence[Chunk]) -> None:
+        """Index (or re-index) chunks."""
+        rows = [(c.chunk_id, c.doc_id, " ".join(tokenize(c.text))) for c in chunks]
+        with self._connect() as db:
+            db.executemany("INSERT OR REPLACE INTO tokens VALUES (?, ?, ?)", rows)
+            db.execute("UPDATE revision SET value = value + 1")
+
+    def delete(self, chunk_ids: Sequence[str]) -> None:
+        """Forget chunks (unknown ids are ignored)."""
+        if not chunk_ids:
+            return
+        with self._connect() as db:
+            db.executemany("DELETE FROM tokens WHERE chunk_id = ?", [(i,) for i in chunk_ids])
+            db.execute("UPDATE revision SET value = value + 1")
+
+    def ids(self) -> set[str]:
+        """Every indexed chunk id."""
+        with self._connect() as db:
+            return {row[0] for row in db.execute("SELECT chunk_id FROM tokens")}
+
+    def revision(self) -> int:
+        """A number that changes with every write."""
+        with self._connect() as db:
+            return int(db.execute("SELECT value FROM revision").fetchone()[0])
+
+    def search(self, query: str, k: int) -> list[KeywordHit]:
+        """The k chunks with the best BM25 scores for the query, best first (none when no term matches)."""
+        self._refresh()
+        terms = tokenize(query)
+        if self._bm25 is None or not terms:
+            return []
+        import numpy as np
+
+        scores = self._bm25.get_scores(terms)
+        best = min(k, int(np.count_nonzero(scores)))
+        if best == 0:
+            return []
+        top = np.argpartition(-scores, best - 1)[:best]
+        top = top[np.argsort(-scores[top])]
+        ceiling = self.query_ceiling(terms)
+        return [KeywordHit(self._ids[i], float(scores[i]), min(1.0, float(scores[i]) / ceiling)) for i in top]
+
+    def query_ceiling(self, terms: Sequence[str]) -> float:
+        """What a chunk of average length holding each query term once would score: coverage's denominator.
+
+        Terms the index has never seen count at the highest idf, so questions about absent things score low."""
+        unseen = math.log(1 + (len(self._ids) + 0.5) / 0.5)
+        return sum(self._idf.get(term, unseen) for term in terms) or 1.0
+
+    def _refresh(self) -> None:
+        revision = self.revision()
+        if revision == self._loaded_revision:
+            return
+        with self._lock:
+            if revision != self._loaded_revision:
+                self._load()
+                self._loaded_revision = revision
+
+    def _load(self) -> None:
+        import bm25s
+
+        with self._connect() as db:
+            rows = db.execute("SELECT chunk_id, tokens FROM tokens ORDER BY chunk_id").fetchall()
+        ids = [row[0] for row in rows]
+        corpus = [row[1].split() or [""] for row in rows]
+        df = Counter(term for tokens in corpus for term in set(tokens))
+        self._idf = {term: math.log(1 + (len(ids) - n + 0.5) / (n + 0.5)) for term, n in df.items()}
+        bm25 = None
+        if ids:
+            bm25 = bm25s.BM25(k1=K1, b=B, method="lucene")
+            bm25.index(corpus, show_progress=False)
+        self._bm25, self._ids = bm25, ids
