@@ -54,6 +54,7 @@ def sync(paths: Sequence[Path], settings: Settings, *, prune: bool = True, progr
         spec = chunk_spec(settings, embedder) if embedder else ChunkSpec("", 0, 0, 0)
         report = run_sync(plan, embedder, store, manifest, spec, settings.parse_timeout_s, progress,
                           settings.ingest_batch_chunks)
+        store.sync_keyword()  # repairs what a crash (or an index older than keyword search) left out
     return plan, report
 
 

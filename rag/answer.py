@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+from rag.keyword import cjk_share
 from rag.llm import LLM, Usage
 from rag.prompt import REFUSAL, Message, answer_messages, cited_numbers, condense_messages, is_refusal
 from rag.retrieve import Retriever
@@ -101,20 +102,28 @@ Event = Token | Retrieved | Done
 class QueryEngine:
     """Answers questions from the documents, refusing when retrieval finds nothing close enough."""
 
-    def __init__(self, retriever: Retriever, llm: LLM, top_k: int = 3, refusal_threshold: float = 0.0) -> None:
-        self._retriever = retriever
+    def __init__(self, retriever: Retriever, llm: LLM, top_k: int = 3, refusal_threshold: float = 0.0,
+                 refusal_threshold_cjk: float | None = None) -> None:
+        self.retriever = retriever
         self._llm = llm
         self.top_k = top_k
         self.refusal_threshold = refusal_threshold
+        self.refusal_threshold_cjk = refusal_threshold if refusal_threshold_cjk is None else refusal_threshold_cjk
+
+    def threshold_for(self, question: str) -> float:
+        """The refusal threshold for this question: Chinese questions score on another scale (keyword-led)."""
+        zh = cjk_share(question)
+        return self.refusal_threshold * (1 - zh) + self.refusal_threshold_cjk * zh
 
     def stream(self, question: str, history: Sequence[Message] = (), top_k: int | None = None) -> Iterator[Event]:
         """Retrieved excerpts, then answer tokens, then Done with the finished Answer."""
         started = time.perf_counter()
         standalone = self.condense(question, history) if history else question
-        hits = self._retriever.search(standalone, top_k or self.top_k)
+        hits = self.retriever.search(standalone, top_k or self.top_k)
         retrieve_ms = _ms(started)
-        sure = confidence(hits[0].score if hits else None, self.refusal_threshold)
-        if not hits or hits[0].score < self.refusal_threshold:
+        threshold = self.threshold_for(standalone)
+        sure = confidence(hits[0].score if hits else None, threshold)
+        if not hits or hits[0].score < threshold:
             yield Token(REFUSAL)
             timings = Timings(retrieve_ms, None, _ms(started))
             yield Done(Answer(REFUSAL, False, False, [], timings, standalone_question=standalone, confidence=sure))

@@ -31,7 +31,12 @@ class Settings(BaseSettings):
     max_file_mb: float = Field(default=50.0, gt=0)
     parse_timeout_s: float = Field(default=120.0, gt=0)
     top_k: int = Field(default=3, ge=1, le=50)
-    refusal_threshold: float = Field(default=0.31, ge=-1.0, le=1.0)
+    refusal_threshold: float = Field(default=0.27, ge=-1.0, le=1.0)
+    refusal_threshold_cjk: float = Field(default=0.16, ge=-1.0, le=1.0)
+    retrieval_mode: Literal["hybrid", "dense", "keyword"] = "hybrid"
+    hybrid_dense_weight: float = Field(default=0.8, ge=0.0, le=1.0)
+    hybrid_dense_weight_cjk: float = Field(default=0.1, ge=0.0, le=1.0)
+    rerank_model: str = ""
 
     escalate_below: float = Field(default=0.6, ge=0.0, le=1.0)
 

@@ -11,8 +11,9 @@ import re
 import sqlite3
 import threading
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +22,14 @@ from rag.types import Chunk
 K1, B = 1.5, 0.75
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
+# Runs of Han characters, and runs of anything else that is a word character.
+_RUNS = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+|[^\W_\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 # Words so common that they only add noise to a short question.
-STOPWORDS = frozenset(
-    "a an and are as at be by can do does for from how i in is it of on or that the this to was what when where "
-    "which who why will with you your my me we our if not no there their they be been has have had into about "
-    "的 了 是 在 和 与 或 我 你 他 她 它 们 这 那 吗 呢 吧 啊 就 都 也 还 要 会 能 可以 什么 怎么 如何 为什么 哪 哪些 一个 "
-    "有 没有 把 被 对 中 上 下 以 及 之 其 为 于".split()
-)
+_STOPWORDS_EN = """a an and are as at be by can do does for from how i in is it of on or that the this to was what
+when where which who why will with you your my me we our if not no there their they been has have had into about"""
+_STOPWORDS_ZH = """的 了 是 在 和 与 或 我 你 他 她 它 们 这 那 吗 呢 吧 啊 就 都 也 还 要 会 能
+可以 什么 怎么 如何 为什么 哪 哪些 一个 有 没有 把 被 对 中 上 下 以 及 之 其 为 于"""
+STOPWORDS = frozenset(_STOPWORDS_EN.split()) | frozenset(_STOPWORDS_ZH.split())
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS tokens (chunk_id TEXT PRIMARY KEY, doc_id TEXT NOT NULL, tokens TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS tokens_doc ON tokens (doc_id);
@@ -48,15 +50,32 @@ def cjk_share(text: str) -> float:
 
 
 def tokenize(text: str) -> list[str]:
-    """Lower-cased search tokens: jieba's words where there is Chinese, word characters elsewhere; no stopwords."""
-    lowered = text.lower()
-    if has_cjk(lowered):
-        import jieba
+    """Search tokens: English words lower-cased and stemmed (Snowball), Chinese words cut by jieba (search mode:
+    long words and the shorter words inside them); no stopwords."""
+    tokens: list[str] = []
+    for run in _RUNS.findall(text.lower()):
+        if _CJK.match(run):
+            tokens += [w for w in _jieba_words(run) if w not in STOPWORDS]
+        else:
+            tokens += _stem([w for w in _WORD.findall(run) if w not in STOPWORDS])
+    return tokens
 
-        words: Iterable[str] = (w for piece in jieba.cut_for_search(lowered) for w in _WORD.findall(piece))
-    else:
-        words = _WORD.findall(lowered)
-    return [word for word in words if word not in STOPWORDS]
+
+def _jieba_words(run: str) -> list[str]:
+    import jieba
+
+    return list(jieba.cut_for_search(run))
+
+
+@lru_cache(maxsize=1)
+def _stemmer() -> Any:
+    import Stemmer
+
+    return Stemmer.Stemmer("english")
+
+
+def _stem(words: list[str]) -> list[str]:
+    return list(_stemmer().stemWords(words)) if words else []
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +97,7 @@ class KeywordIndex:
         self._loaded_revision = -1
         self._bm25: Any = None
         self._ids: list[str] = []
+        self._position: dict[str, int] = {}
         self._idf: dict[str, float] = {}
         with self._connect() as db:
             db.executescript(SCHEMA)
@@ -112,8 +132,14 @@ class KeywordIndex:
         with self._connect() as db:
             return int(db.execute("SELECT value FROM revision").fetchone()[0])
 
-    def search(self, query: str, k: int) -> list[KeywordHit]:
-        """The k chunks with the best BM25 scores for the query, best first (none when no term matches)."""
+    def warm(self) -> None:
+        """Load the BM25 matrix and jieba's dictionary now, so the first question does not wait for them."""
+        self._refresh()
+        tokenize("预热")
+
+    def search(self, query: str, k: int, include: Sequence[str] = ()) -> list[KeywordHit]:
+        """The k chunks with the best BM25 scores for the query, best first, then the chunks named in `include`
+        (scored too, so that fusion knows their coverage even outside the top k)."""
         self._refresh()
         terms = tokenize(query)
         if self._bm25 is None or not terms:
@@ -122,10 +148,10 @@ class KeywordIndex:
 
         scores = self._bm25.get_scores(terms)
         best = min(k, int(np.count_nonzero(scores)))
-        if best == 0:
-            return []
-        top = np.argpartition(-scores, best - 1)[:best]
-        top = top[np.argsort(-scores[top])]
+        part = np.argpartition(-scores, best - 1)[:best] if best else np.array([], dtype=int)
+        top: list[int] = [int(i) for i in part[np.argsort(-scores[part])]]
+        chosen = set(top)
+        top += [i for i in (self._position.get(chunk_id) for chunk_id in include) if i is not None and i not in chosen]
         ceiling = self.query_ceiling(terms)
         return [KeywordHit(self._ids[i], float(scores[i]), min(1.0, float(scores[i]) / ceiling)) for i in top]
 
@@ -158,4 +184,4 @@ class KeywordIndex:
         if ids:
             bm25 = bm25s.BM25(k1=K1, b=B, method="lucene")
             bm25.index(corpus, show_progress=False)
-        self._bm25, self._ids = bm25, ids
+        self._bm25, self._ids, self._position = bm25, ids, {chunk_id: i for i, chunk_id in enumerate(ids)}

@@ -1,4 +1,8 @@
-"""Chroma collection access (embedded PersistentClient or a Chroma server): upsert, search, delete."""
+"""Chroma collection access (embedded PersistentClient or a Chroma server): upsert, search, delete.
+
+Every write is mirrored into the keyword index when one is attached, so dense and keyword search see the same
+chunks whichever edge (CLI, API upload, sync) wrote them.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ import numpy as np
 
 from rag.embedder import Vectors
 from rag.errors import ConfigError, StoreUnavailable
+from rag.keyword import KeywordIndex
 from rag.types import Chunk, Hit
 
 if TYPE_CHECKING:
@@ -19,10 +24,11 @@ if TYPE_CHECKING:
 class ChromaStore:
     """One Chroma collection in cosine space; embeddings are always computed by us, never by Chroma."""
 
-    def __init__(self, client: ClientAPI, name: str, embed_model: str) -> None:
+    def __init__(self, client: ClientAPI, name: str, embed_model: str, keyword: KeywordIndex | None = None) -> None:
         self._client = client
         self.name = name
         self.embed_model = embed_model
+        self.keyword = keyword
         self._collection = self._open(name, embed_model)
         self._max_batch = max(1, int(client.get_max_batch_size()))
 
@@ -65,6 +71,8 @@ class ChromaStore:
                 metadatas=[c.metadata() for c in part],
                 documents=[c.text for c in part],
             )
+        if self.keyword is not None:
+            self.keyword.add(chunks)
 
     def ids_of_document(self, doc_id: str) -> set[str]:
         """Ids of every chunk stored for one document."""
@@ -75,10 +83,38 @@ class ChromaStore:
         """Remove chunks by id (missing ids are ignored)."""
         for start in range(0, len(ids), self._max_batch):
             self._collection.delete(ids=list(ids[start : start + self._max_batch]))
+        if self.keyword is not None:
+            self.keyword.delete(ids)
 
     def all_ids(self) -> set[str]:
         """Every chunk id in the collection (for consistency checks and tests)."""
         return set(self._collection.get(include=[])["ids"])
+
+    def fetch(self, ids: Sequence[str], query: Vectors) -> list[Hit]:
+        """Chunks by id, scored by cosine similarity to a normalized query vector (for keyword-only finds)."""
+        if not ids:
+            return []
+        found = self._collection.get(ids=list(ids), include=["documents", "metadatas", "embeddings"])
+        vectors = np.asarray(found["embeddings"], dtype=np.float32)
+        similarity = vectors @ np.asarray(query, dtype=np.float32)
+        docs, metas = found["documents"] or [], found["metadatas"] or []
+        return [_hit(i, d, m, 1.0 - float(s)) for i, d, m, s in zip(found["ids"], docs, metas, similarity, strict=True)]
+
+    def sync_keyword(self) -> tuple[int, int]:
+        """Bring the keyword index in line with the collection (after a crash, or for an index built before it
+        existed): (chunks added, chunks removed)."""
+        if self.keyword is None:
+            return 0, 0
+        stored, indexed = self.all_ids(), self.keyword.ids()
+        missing, extra = sorted(stored - indexed), sorted(indexed - stored)
+        for start in range(0, len(missing), self._max_batch):
+            found = self._collection.get(ids=missing[start : start + self._max_batch],
+                                         include=["documents", "metadatas"])
+            self.keyword.add([Chunk(i, d or "", "", str((m or {}).get("doc_id", "")), "", 0)
+                              for i, d, m in zip(found["ids"], found["documents"] or [], found["metadatas"] or [],
+                                                 strict=True)])
+        self.keyword.delete(extra)
+        return len(missing), len(extra)
 
     def search(self, query: Vectors, k: int, where: dict[str, Any] | None = None) -> list[Hit]:
         """The k chunks closest to a normalized query vector, best first."""

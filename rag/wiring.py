@@ -12,8 +12,10 @@ from rag.config import BUNDLED_EMBED_MODEL, Settings
 from rag.embedder import Embedder
 from rag.errors import ConfigError, StoreUnavailable
 from rag.feedback import FeedbackStore
+from rag.keyword import KeywordIndex
 from rag.llm import LLM
-from rag.retrieve import Retriever
+from rag.rerank import CrossEncoderReranker
+from rag.retrieve import Fusion, Retriever
 from rag.store import ChromaStore
 
 if TYPE_CHECKING:
@@ -96,8 +98,9 @@ def build_chroma_client(settings: Settings) -> ClientAPI:
 
 
 def build_store(settings: Settings, client: ClientAPI | None = None) -> ChromaStore:
-    """The configured collection, opened on the given or a freshly built Chroma client."""
-    return ChromaStore(client or build_chroma_client(settings), settings.collection, settings.embed_model)
+    """The configured collection, opened on the given or a freshly built Chroma client, with its keyword index."""
+    keyword = KeywordIndex(settings.index_dir / "keyword" / f"{settings.collection}.sqlite3")
+    return ChromaStore(client or build_chroma_client(settings), settings.collection, settings.embed_model, keyword)
 
 
 def build_llm(settings: Settings) -> LLM:
@@ -110,11 +113,34 @@ def build_llm(settings: Settings) -> LLM:
                settings.llm_repetition_penalty)
 
 
+def build_reranker(settings: Settings) -> CrossEncoderReranker | None:
+    """The cross-encoder named by RAG_RERANK_MODEL (a sentence-transformers id or folder), or None when unset."""
+    if not settings.rerank_model:
+        return None
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from sentence_transformers import CrossEncoder
+
+    try:
+        model = CrossEncoder(settings.rerank_model, device=settings.embed_device)
+    except Exception as exc:
+        raise ConfigError(f"cannot load RAG_RERANK_MODEL {settings.rerank_model!r}: {exc}") from exc
+    return CrossEncoderReranker(model)
+
+
+def build_retriever(settings: Settings, embedder: Embedder | None = None,
+                    store: ChromaStore | None = None) -> Retriever:
+    """Dense, keyword or hybrid retrieval (RAG_RETRIEVAL_MODE) with the fusion weights and reranker from settings."""
+    fusion = Fusion(settings.hybrid_dense_weight, settings.hybrid_dense_weight_cjk)
+    return Retriever(embedder or build_embedder(settings), store or build_store(settings), settings.retrieval_mode,
+                     fusion, build_reranker(settings))
+
+
 def build_engine(settings: Settings, embedder: Embedder | None = None, store: ChromaStore | None = None,
                  llm: LLM | None = None) -> QueryEngine:
     """The query path wired from settings (parts may be passed in, e.g. shared by an app)."""
-    retriever = Retriever(embedder or build_embedder(settings), store or build_store(settings))
-    return QueryEngine(retriever, llm or build_llm(settings), settings.top_k, settings.refusal_threshold)
+    retriever = build_retriever(settings, embedder, store)
+    return QueryEngine(retriever, llm or build_llm(settings), settings.top_k, settings.refusal_threshold,
+                       settings.refusal_threshold_cjk)
 
 
 def build_feedback_store(settings: Settings) -> FeedbackStore:

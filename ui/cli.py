@@ -8,19 +8,20 @@ import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import NoReturn
+from pathlib import Path
+from typing import Any, NoReturn
 
 import click
 from rich.console import Console
 from rich.table import Table
 
-from rag.answer import Answer, Done, Token
+from rag.answer import Answer, Done, QueryEngine, Token
 from rag.config import Settings, load_settings
 from rag.errors import EmptyIndex, LLMUnavailable, RagError
+from rag.evaluate import Case, evaluate, load_cases
 from rag.llm_server import is_healthy, start_llm_server, wait_until_healthy
-from rag.retrieve import Retriever
 from rag.types import Hit
-from rag.wiring import build_embedder, build_engine, build_feedback_store, build_store, prefer_passive_threads
+from rag.wiring import build_engine, build_feedback_store, build_retriever, prefer_passive_threads
 
 EXIT_USAGE, EXIT_LLM = 2, 3
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -58,7 +59,7 @@ def search(question: str, k: int | None, as_json: bool) -> None:
     """Print the chunks closest to QUESTION (source, page, score, text)."""
     with _errors():
         settings = load_settings()
-        hits = Retriever(build_embedder(settings), build_store(settings)).search(question, k or settings.top_k)
+        hits = build_retriever(settings).search(question, k or settings.top_k)
     if as_json:
         print(json.dumps({"hits": [_hit_json(hit) for hit in hits]}, ensure_ascii=False))
     else:
@@ -104,6 +105,64 @@ def _print_sources(answer: Answer) -> None:
         where = hit.source + (f", page {hit.page}" if hit.page is not None else "")
         mark = "" if source.cited else " [dim](not cited)[/dim]"
         console.print(f"[{source.n}] {where}  [dim]score {hit.score:.2f}[/dim]{mark}")
+
+
+@main.command("eval")
+@click.argument("cases_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("-k", "k", type=click.IntRange(1, 10), default=3, show_default=True, help="Recall cut-off shown first.")
+@click.option("--mode", type=click.Choice(["hybrid", "dense", "keyword"]), default=None,
+              help="Retrieval mode (default RAG_RETRIEVAL_MODE).")
+@click.option("--answers", is_flag=True, help="Also ask the LLM: answered-and-cited and refusal rates.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
+def eval_command(cases_file: Path, k: int, mode: str | None, answers: bool, as_json: bool) -> None:
+    """Measure retrieval on CASES_FILE (JSONL: question, expected_source|expected_text, answerable)."""
+    with _errors():
+        settings = load_settings()
+        if mode:
+            settings = settings.model_copy(update={"retrieval_mode": mode})
+        cases = load_cases(cases_file)
+        engine = build_engine(settings)
+        retriever = engine.retriever
+        retriever.warm()  # latency percentiles measure questions, not the one-off index build
+        report = evaluate(cases, retriever.search, engine.threshold_for)
+        body = report.as_json() | {"mode": retriever.mode, "k": k, "thresholds": {
+            "en": settings.refusal_threshold, "cjk": settings.refusal_threshold_cjk}}
+        if answers:
+            body["answers"] = _answer_checks(cases, engine)
+    if as_json:
+        print(json.dumps(body, ensure_ascii=False))
+    else:
+        Console().print(_eval_table(body, k))
+
+
+def _answer_checks(cases: list[Case], engine: QueryEngine) -> dict[str, float | None]:
+    answered = cited_right = refused = 0
+    for case in cases:
+        answer = engine.ask(case.question)
+        if case.answerable and answer.answerable:
+            answered += 1
+            cited_right += any(source.cited and case.matches(source.hit) for source in answer.sources)
+        refused += not case.answerable and not answer.answerable
+    good = sum(case.answerable for case in cases)
+    bad = len(cases) - good
+    return {"answered": round(answered / good, 4) if good else None,
+            "cited_expected": round(cited_right / good, 4) if good else None,
+            "refused_offtopic": round(refused / bad, 4) if bad else None}
+
+
+def _eval_table(body: dict[str, Any], k: int) -> Table:
+    table = Table(title=f"rag eval — {body['mode']} retrieval, {body['cases']} questions "
+                        f"({body['answerable']} answerable)", show_header=False)
+    recall = body["recall"]
+    rows = [(f"recall@{k}", recall.get(f"@{k}")), *((f"recall{n}", v) for n, v in recall.items() if n != f"@{k}"),
+            ("MRR", body["mrr"]), (f"refusal precision (thresholds {body['thresholds']})", body["refusal_precision"]),
+            ("refusal recall", body["refusal_recall"]), ("answerable kept", body["answerable_kept"]),
+            ("suggested threshold", body["suggested_threshold"]),
+            *((f"latency {p} (ms)", v) for p, v in body["latency_ms"].items()),
+            *((f"answers: {name}", v) for name, v in body.get("answers", {}).items())]
+    for name, value in rows:
+        table.add_row(name, "–" if value is None else str(value))
+    return table
 
 
 @main.command()

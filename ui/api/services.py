@@ -68,5 +68,6 @@ def build_services(settings: Settings, embedder: Embedder | None = None, metrics
     embedder = embedder or build_embedder(settings)
     store = build_store(settings)
     engine = build_engine(settings, embedder=embedder, store=store)
+    engine.retriever.warm()
     return Services(settings, embedder, store, engine, parse_api_keys(settings.api_keys),
                     metrics=metrics or Metrics())

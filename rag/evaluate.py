@@ -1,0 +1,141 @@
+"""Retrieval evaluation (`rag eval`): recall@1/3/10, MRR, refusal precision/recall, latency, a suggested threshold.
+
+Cases are JSONL: `{"question": …, "expected_source": … | "expected_text": …, "answerable": true|false}`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from rag.errors import ConfigError
+from rag.keyword import has_cjk
+from rag.types import Hit
+
+RANKS = (1, 3, 10)
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """One question and what a right retrieval looks like."""
+
+    question: str
+    answerable: bool = True
+    expected_source: str = ""
+    expected_text: str = ""
+
+    def matches(self, hit: Hit) -> bool:
+        """Whether the hit is (from) the expected passage."""
+        if self.expected_text:
+            return _squash(self.expected_text) in _squash(hit.text)
+        return hit.source == self.expected_source or hit.source.endswith("/" + self.expected_source)
+
+
+def _squash(text: str) -> str:
+    return "".join(text.split()).lower()
+
+
+def load_cases(path: Path) -> list[Case]:
+    """Cases from a JSONL file; a malformed line is a ConfigError naming it."""
+    cases = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            raw = json.loads(line)
+            case = Case(str(raw["question"]), bool(raw.get("answerable", True)), str(raw.get("expected_source", "")),
+                        str(raw.get("expected_text", "")))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(f"{path}:{number}: not a case ({exc})") from exc
+        if case.answerable and not (case.expected_source or case.expected_text):
+            raise ConfigError(f"{path}:{number}: an answerable case needs expected_source or expected_text")
+        cases.append(case)
+    return cases
+
+
+@dataclass
+class Report:
+    """What `rag eval` prints."""
+
+    cases: int
+    answerable: int
+    recall: dict[str, float]
+    mrr: float
+    refusal_precision: float | None
+    refusal_recall: float | None
+    answerable_kept: float
+    latency_ms: dict[str, float]
+    suggested_threshold: dict[str, float | None]
+    misses: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, object]:
+        """The `--json` object."""
+        return asdict(self)
+
+
+def evaluate(cases: Sequence[Case], search: Callable[[str, int], list[Hit]],
+             threshold_for: Callable[[str], float]) -> Report:
+    """Run every question through `search` (top 10) and score ranks, refusals (at each question's threshold) and
+    latency; suggest thresholds for English and Chinese questions separately (their scores differ in scale)."""
+    ranks: list[int | None] = []
+    best: list[tuple[float, bool]] = []
+    margins: list[tuple[float, bool]] = []
+    latencies: list[float] = []
+    misses: list[str] = []
+    for case in cases:
+        started = time.perf_counter()
+        hits = search(case.question, max(RANKS))
+        latencies.append((time.perf_counter() - started) * 1000)
+        top = hits[0].score if hits else 0.0
+        best.append((top, case.answerable))
+        margins.append((top - threshold_for(case.question), case.answerable))
+        if case.answerable:
+            rank = next((n for n, hit in enumerate(hits, start=1) if case.matches(hit)), None)
+            ranks.append(rank)
+            if rank is None or rank > 3:
+                misses.append(case.question)
+    found = [rank for rank in ranks if rank is not None]
+    recall = {f"@{k}": _ratio(sum(rank <= k for rank in found), len(ranks)) for k in RANKS}
+    mrr = round(sum(1 / rank for rank in found) / len(ranks), 4) if ranks else 0.0
+    precision, refusal_recall, kept = refusal_rates(margins, 0.0)
+    languages = ["cjk" if has_cjk(case.question) else "en" for case in cases]
+    suggested = {language: suggest_threshold([b for b, lang in zip(best, languages, strict=True) if lang == language])
+                 for language in sorted(set(languages))}
+    return Report(len(cases), len(ranks), recall, mrr, precision, refusal_recall, kept, percentiles(latencies),
+                  suggested, misses)
+
+
+def refusal_rates(best: Sequence[tuple[float, bool]], threshold: float) -> tuple[float | None, float | None, float]:
+    """(refusal precision, refusal recall, share of answerable questions kept) at a threshold."""
+    refused_bad = sum(score < threshold for score, answerable in best if not answerable)
+    refused_good = sum(score < threshold for score, answerable in best if answerable)
+    bad = sum(not answerable for _, answerable in best)
+    good = len(best) - bad
+    precision = _ratio(refused_bad, refused_bad + refused_good) if refused_bad + refused_good else None
+    return precision, _ratio(refused_bad, bad) if bad else None, _ratio(good - refused_good, good) if good else 1.0
+
+
+def suggest_threshold(best: Sequence[tuple[float, bool]]) -> float | None:
+    """The threshold (0.01 steps) with the best balanced accuracy, or None without both kinds of question."""
+    if all(answerable for _, answerable in best) or not any(answerable for _, answerable in best):
+        return None
+    scored = []
+    for step in range(101):
+        _, refusal_recall, kept = refusal_rates(best, step / 100)
+        scored.append(((kept + (refusal_recall or 0.0)) / 2, -step, step / 100))
+    return max(scored)[2]
+
+
+def percentiles(values: Sequence[float]) -> dict[str, float]:
+    """p50, p95 and p99 (nearest rank), in the values' unit."""
+    ordered = sorted(values)
+    if not ordered:
+        return {}
+    return {f"p{p}": round(ordered[min(len(ordered) - 1, int(len(ordered) * p / 100))], 2) for p in (50, 95, 99)}
+
+
+def _ratio(part: int, whole: int) -> float:
+    return round(part / whole, 4) if whole else 0.0
