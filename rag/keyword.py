@@ -80,7 +80,7 @@ def _stem(words: list[str]) -> list[str]:
 
 @dataclass(frozen=True, slots=True)
 class KeywordHit:
-    """A chunk found by keyword; `coverage` is its BM25 score over the best the query could get (0–1)."""
+    """A chunk found by keyword; `coverage` is its BM25 score over the most the query could score (0–1)."""
 
     chunk_id: str
     score: float
@@ -153,12 +153,14 @@ class KeywordIndex:
         chosen = set(top)
         top += [i for i in (self._position.get(chunk_id) for chunk_id in include) if i is not None and i not in chosen]
         ceiling = self.query_ceiling(terms)
-        return [KeywordHit(self._ids[i], float(scores[i]), min(1.0, float(scores[i]) / ceiling)) for i in top]
+        return [KeywordHit(self._ids[i], float(scores[i]), float(scores[i]) / ceiling) for i in top]
 
     def query_ceiling(self, terms: Sequence[str]) -> float:
-        """What a chunk of average length holding each query term once would score: coverage's denominator.
+        """The most any chunk could score for these terms: coverage's denominator, so coverage stays within 0–1.
 
-        Terms the index has never seen count at the highest idf, so questions about absent things score low."""
+        bm25s's Lucene variant scores a term `idf · tf / (tf + k1·(1 − b + b·len/avglen))`, which approaches `idf`
+        as the term repeats (one occurrence at average length gives `idf / (1 + k1)`). Terms the index has never
+        seen count at the highest idf, so questions about absent things cover little."""
         unseen = math.log(1 + (len(self._ids) + 0.5) / 0.5)
         return sum(self._idf.get(term, unseen) for term in terms) or 1.0
 

@@ -1,0 +1,87 @@
+"""`rag eval`: metrics on a scripted search, and the CI gate on the dev sets (floors set from measured values)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rag.errors import ConfigError
+from rag.evaluate import Case, evaluate, load_cases, percentiles, suggest_threshold
+from rag.types import Hit
+from tests.conftest import REPO, SAMPLES
+
+EVAL = REPO / "data" / "eval"
+
+
+def test_metrics_on_a_scripted_search() -> None:
+    cases = [Case("q1", expected_source="a.md"), Case("q2", expected_text="blue  sky"),
+             Case("q3", expected_source="z.md"), Case("off", answerable=False)]
+    results = {
+        "q1": [Hit("1", "x", "docs/a.md", 0.9)],
+        "q2": [Hit("2", "x", "b.md", 0.8), Hit("3", "x", "c.md", 0.7), Hit("4", "The Blue sky.", "d.md", 0.6)],
+        "q3": [Hit("5", "x", "y.md", 0.5)],
+        "off": [Hit("6", "x", "y.md", 0.2)],
+    }
+    report = evaluate(cases, lambda question, k: results[question][:k], lambda question: 0.3)
+    assert report.recall == {"@1": 0.3333, "@3": 0.6667, "@10": 0.6667}
+    assert report.mrr == round((1 + 1 / 3) / 3, 4)
+    assert (report.refusal_precision, report.refusal_recall, report.answerable_kept) == (1.0, 1.0, 1.0)
+    assert report.misses == ["q3"]
+    assert report.suggested_threshold == {"en": 0.21}
+
+
+def test_threshold_suggestion_and_percentiles() -> None:
+    assert suggest_threshold([(0.5, True), (0.45, True), (0.2, False)]) == 0.21
+    assert suggest_threshold([(0.5, True)]) is None
+    assert percentiles([float(v) for v in range(1, 101)]) == {"p50": 51.0, "p95": 96.0, "p99": 100.0}
+
+
+def test_bad_case_files_are_clear_errors(tmp_path: Path) -> None:
+    bad = tmp_path / "cases.jsonl"
+    bad.write_text('{"question": "ok", "expected_source": "a.md"}\n{"question": "no expectation"}\n')
+    with pytest.raises(ConfigError, match=r"cases.jsonl:2: an answerable case needs"):
+        load_cases(bad)
+    bad.write_text("not json\n")
+    with pytest.raises(ConfigError, match=r"cases.jsonl:1: not a case"):
+        load_cases(bad)
+
+
+def _run(args: list[str], data_dir: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAG_")} | {"RAG_DATA_DIR": str(data_dir)}
+    return subprocess.run([str(REPO / ".venv" / "bin" / args[0]), *args[1:]], env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def _eval(data_dir: Path, cases: Path, mode: str) -> dict[str, Any]:
+    done = _run(["rag", "eval", str(cases), "--mode", mode, "--json"], data_dir)
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+# Floors: the measured hybrid figures of 2026-11-29 (README) less a small margin for model/library drift.
+FLOORS = {"python-faq": {"@1": 0.78, "@3": 0.93, "mrr": 0.85, "refusal_recall": 0.95, "kept": 0.98},
+          "zh": {"@1": 0.55, "@3": 0.80, "mrr": 0.69, "refusal_recall": 0.9, "kept": 0.9}}
+CORPORA = {"python-faq": EVAL / "python-faq" / "docs", "zh": SAMPLES / "zh"}
+CASES = {"python-faq": EVAL / "python-faq" / "questions.jsonl", "zh": EVAL / "zh" / "questions.jsonl"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dev_set", ["python-faq", "zh"])
+def test_dev_set_floors_and_hybrid_beats_both_sides(dev_set: str, tmp_path: Path) -> None:
+    ingested = _run(["rag-ingest", str(CORPORA[dev_set])], tmp_path / "data")
+    assert ingested.returncode == 0, ingested.stderr
+    hybrid, dense, keyword = (_eval(tmp_path / "data", CASES[dev_set], mode) for mode in ("hybrid", "dense", "keyword"))
+    floor = FLOORS[dev_set]
+    assert hybrid["recall"]["@1"] >= floor["@1"] and hybrid["recall"]["@3"] >= floor["@3"]
+    assert hybrid["mrr"] >= floor["mrr"]
+    assert hybrid["refusal_recall"] >= floor["refusal_recall"] and hybrid["answerable_kept"] >= floor["kept"]
+    for single in (dense, keyword):
+        assert hybrid["recall"]["@3"] > single["recall"]["@3"]
+        assert hybrid["mrr"] > single["mrr"]
+        assert hybrid["recall"]["@1"] >= single["recall"]["@1"]
