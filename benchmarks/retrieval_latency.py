@@ -1,0 +1,72 @@
+"""Retrieval latency at 100k chunks of real text: dense-only vs hybrid, p50/p99, and the cost of hybrid as a ratio.
+
+    RAG_DATA_DIR=data/cache/bench-100k .venv/bin/rag-ingest data/cache/python3.11-doc \\
+        data/cache/postgresql-doc-15 data/cache/debian-handbook      # once (benchmarks/fetch_corpus.sh PKG DIR)
+    .venv/bin/python -m benchmarks.retrieval_latency [DATA_DIR]
+
+Questions: the dev sets (Python FAQ, Chinese Debian docs, off-topic). Each question runs in both modes back to back,
+alternating which goes first, so that the machine's noise falls on both alike. A query is the whole retrieval:
+embedding the question, the dense (Chroma HNSW) search, the BM25 search, fetching keyword-only finds, fusion.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.common import REPO
+from rag.config import Settings
+from rag.evaluate import load_cases, percentiles
+from rag.retrieve import Retriever
+from rag.wiring import build_embedder, build_store, prefer_passive_threads
+
+ROUNDS = 3
+TOP_K = 3
+
+
+def questions() -> list[str]:
+    """Every question of the dev sets."""
+    eval_dir = REPO / "data" / "eval"
+    files = [eval_dir / "python-faq" / "questions.jsonl", eval_dir / "zh" / "questions.jsonl"]
+    return [case.question for path in files for case in load_cases(path)]
+
+
+def timed(retriever: Retriever, question: str) -> float:
+    """Milliseconds for one retrieval."""
+    started = time.perf_counter()
+    retriever.search(question, TOP_K)
+    return (time.perf_counter() - started) * 1000
+
+
+def main() -> None:
+    prefer_passive_threads()
+    data_dir = Path(sys.argv[1]) if len(sys.argv) > 1 else REPO / "data" / "cache" / "bench-100k"
+    settings = Settings(data_dir=data_dir, _env_file=None)  # type: ignore[call-arg]
+    embedder, store = build_embedder(settings), build_store(settings)
+    chunks = store.count()
+    modes = {mode: Retriever(embedder, store, mode) for mode in ("dense", "hybrid")}
+    started = time.perf_counter()
+    modes["hybrid"].warm()
+    print(f"{chunks} chunks in {data_dir}; keyword index loaded in {time.perf_counter() - started:.1f} s")
+    asked = questions()
+    for question in asked[:10]:  # warm caches (HNSW pages, jieba, tokenizer)
+        for retriever in modes.values():
+            retriever.search(question, TOP_K)
+    times: dict[str, list[float]] = {mode: [] for mode in modes}
+    for round_ in range(ROUNDS):
+        for i, question in enumerate(asked):
+            order = list(modes) if (i + round_) % 2 == 0 else list(reversed(modes))
+            for mode in order:
+                times[mode].append(timed(modes[mode], question))
+    stats = {mode: percentiles(values) for mode, values in times.items()}
+    print(f"{len(asked)} questions x {ROUNDS} rounds, top-{TOP_K}")
+    print(f"{'mode':<8}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}")
+    for mode, row in stats.items():
+        print(f"{mode:<8}{row['p50']:>9.1f}{row['p95']:>9.1f}{row['p99']:>9.1f}")
+    print(f"hybrid / dense: p50 {stats['hybrid']['p50'] / stats['dense']['p50']:.2f}, "
+          f"p99 {stats['hybrid']['p99'] / stats['dense']['p99']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
