@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from rag.config import Settings
 from rag.wiring import build_feedback_store
-from tests.conftest import REPO, SAMPLES, LLMServer
+from tests.conftest import REPO, SAMPLES, LLMServer, free_port
 from ui.chat.users import hash_password
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -44,12 +43,6 @@ class ChatApp:
     process: subprocess.Popen[bytes]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _env(data_dir: Path, **settings: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAG_")}
     env |= {"RAG_DATA_DIR": str(data_dir), "TOKENIZERS_PARALLELISM": "false"}
@@ -57,7 +50,7 @@ def _env(data_dir: Path, **settings: str) -> dict[str, str]:
 
 
 def _serve(data_dir: Path, log: Path, **settings: str) -> ChatApp:
-    port = _free_port()
+    port = free_port()
     with log.open("wb") as out:
         process = subprocess.Popen([str(BIN / "rag"), "serve", "--port", str(port)], env=_env(data_dir, **settings),
                                    stdout=out, stderr=subprocess.STDOUT)
@@ -205,7 +198,7 @@ def test_chinese_browser_gets_chinese_ui(browser: Browser, chat_app: ChatApp) ->
 
 def test_errors_are_messages_not_stack_traces(tmp_path: Path, page: Page) -> None:
     """Without sign-in (as in make demo): an empty index, then an unreachable LLM, each a clear chat message."""
-    dead_llm = f"http://127.0.0.1:{_free_port()}/v1"
+    dead_llm = f"http://127.0.0.1:{free_port()}/v1"
     app = _serve(tmp_path / "data", tmp_path / "serve.log", ui_auth="false", llm_base_url=dead_llm)
     try:
         page.goto(f"{app.url}/chat/")
