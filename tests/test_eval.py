@@ -13,7 +13,7 @@ import pytest
 from rag.errors import ConfigError
 from rag.evaluate import Case, evaluate, load_cases, percentiles, suggest_threshold
 from rag.types import Hit
-from tests.conftest import REPO, SAMPLES
+from tests.conftest import REPO, SAMPLES, LLMServer
 
 EVAL = REPO / "data" / "eval"
 
@@ -51,8 +51,9 @@ def test_bad_case_files_are_clear_errors(tmp_path: Path) -> None:
         load_cases(bad)
 
 
-def _run(args: list[str], data_dir: Path) -> subprocess.CompletedProcess[str]:
+def _run(args: list[str], data_dir: Path, extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAG_")} | {"RAG_DATA_DIR": str(data_dir)}
+    env |= extra or {}
     return subprocess.run([str(REPO / ".venv" / "bin" / args[0]), *args[1:]], env=env, capture_output=True,
                           text=True, timeout=600)
 
@@ -85,3 +86,20 @@ def test_dev_set_floors_and_hybrid_beats_both_sides(dev_set: str, tmp_path: Path
         assert hybrid["recall"]["@3"] > single["recall"]["@3"]
         assert hybrid["mrr"] > single["mrr"]
         assert hybrid["recall"]["@1"] >= single["recall"]["@1"]
+
+
+@pytest.mark.integration
+def test_answer_checks_with_the_real_llm(tmp_path: Path, llm_server: LLMServer) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "printer.md").write_text("# Printer\nTo replace the toner, open the front door and pull the cartridge.")
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text('{"question": "How do I replace the toner?", "expected_source": "printer.md"}\n'
+                     '{"question": "Who won the football World Cup in 2014?", "answerable": false}\n')
+    assert _run(["rag-ingest", str(docs)], tmp_path / "data").returncode == 0
+    env_llm = {"RAG_LLM_BASE_URL": llm_server.settings.llm_base_url}
+    done = _run(["rag", "eval", str(cases), "--answers", "--json"], tmp_path / "data", env_llm)
+    assert done.returncode == 0, done.stderr
+    answers = json.loads(done.stdout)["answers"]
+    assert answers["refused_offtopic"] == 1.0  # refused before the LLM is asked
+    assert answers["answered"] in (0.0, 1.0) and answers["cited_expected"] in (0.0, 1.0)
