@@ -11,7 +11,8 @@ import re
 import sqlite3
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -102,10 +103,16 @@ class KeywordIndex:
         with self._connect() as db:
             db.executescript(SCHEMA)
 
-    def _connect(self) -> sqlite3.Connection:
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        """A connection for one unit of work: committed (or rolled back) and closed at the end."""
         db = sqlite3.connect(self._path, timeout=30)
-        db.execute("PRAGMA journal_mode=WAL")
-        return db
+        try:
+            db.execute("PRAGMA journal_mode=WAL")  # readers (the app) never wait for the ingest writer
+            with db:
+                yield db
+        finally:
+            db.close()
 
     def add(self, chunks: Sequence[Chunk]) -> None:
         """Index (or re-index) chunks."""
