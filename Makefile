@@ -11,8 +11,9 @@ VLLM_VENV := .venv-vllm
 MODEL_DIR := data/models/smollm2-135m-instruct
 DEMO_QUESTION ?= How do I create a Python virtual environment?
 DEMO_PORT ?= 8000
-# Browser tests drive Debian's Chromium (never a downloaded browser).
+# Browser tests drive Debian's Chromium (never a downloaded browser); database tests start Debian's PostgreSQL.
 CHROMIUM := /usr/bin/chromium
+POSTGRES := /usr/lib/postgresql
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
@@ -52,11 +53,11 @@ lint: $(VENV)/.synced
 	$(BIN)/ruff check rag ingest ui tests benchmarks
 	$(BIN)/mypy
 
-$(CHROMIUM):
+$(CHROMIUM) $(POSTGRES):
 	$(SUDO) apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium postgresql
 
-test: setup lint $(CHROMIUM)
+test: setup lint $(CHROMIUM) $(POSTGRES)
 	$(BIN)/pytest -q
 
 bench: setup

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -95,6 +97,50 @@ def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChromaSe
     yield ChromaServer(url, process)
     process.terminate()
     process.wait(timeout=30)
+
+
+@dataclass(frozen=True)
+class PostgresServer:
+    """A throwaway PostgreSQL cluster (Debian's server binaries) on 127.0.0.1; `database()` makes a fresh database."""
+
+    host: str
+    port: int
+
+    def database(self) -> tuple[str, str]:
+        """A new empty database: (SQLAlchemy URL for psycopg, URL for asyncpg)."""
+        import psycopg
+
+        name = f"t{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(f"host={self.host} port={self.port} user=rag dbname=postgres", autocommit=True) as db:
+            db.execute(f'CREATE DATABASE "{name}"')
+        base = f"rag@{self.host}:{self.port}/{name}"
+        return f"postgresql+psycopg://{base}", f"postgresql+asyncpg://{base}"
+
+
+def _as_postgres_user(args: list[str]) -> list[str]:
+    # PostgreSQL refuses to run as root; CI runs as root, developers may not.
+    return ["runuser", "-u", "postgres", "--", *args] if os.geteuid() == 0 else args
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """Started once per session from Debian's postgresql package (`make test` installs it when missing)."""
+    bins = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
+    if not bins:
+        pytest.fail("PostgreSQL server binaries are missing: `make test` installs Debian's postgresql")
+    # Not under pytest's tmp folders: those are private to this user, and the server runs as `postgres`.
+    folder = Path(tempfile.mkdtemp(prefix="rag-test-postgres-"))
+    folder.chmod(0o777)
+    data, port = folder / "data", free_port()
+    subprocess.run(_as_postgres_user([str(bins[-1]), "-D", str(data), "-A", "trust", "-U", "rag", "-E", "UTF8"]),
+                   check=True, capture_output=True)
+    pg_ctl = str(bins[-1].parent / "pg_ctl")
+    options = f"-p {port} -k {folder} -c listen_addresses=127.0.0.1"
+    subprocess.run(_as_postgres_user([pg_ctl, "-D", str(data), "-o", options, "-l", str(folder / "log"), "-w",
+                                      "start"]), check=True, capture_output=True)
+    yield PostgresServer("127.0.0.1", port)
+    subprocess.run(_as_postgres_user([pg_ctl, "-D", str(data), "-m", "fast", "stop"]), capture_output=True)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(params=["embedded"])

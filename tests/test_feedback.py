@@ -1,24 +1,40 @@
-"""Feedback: the core store on SQLite, and the chat's data layer copying 👍/👎 there with question and sources."""
+"""Feedback and chat history on SQLite and on a real PostgreSQL server: the core feedback store, and the chat's data
+layer copying 👍/👎 there with question and sources."""
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 from chainlit.types import Feedback as ChainlitFeedback
 
 from rag.config import Settings
 from rag.feedback import Feedback, FeedbackStore
 from rag.wiring import build_feedback_store
+from tests.conftest import PostgresServer
 from ui.chat.data_layer import ChatDataLayer, history_from_steps
 
 SOURCES = [{"n": 1, "source": "hr/leave.md", "page": None, "snippet": "25 days"}]
 
 
-def test_store_records_replaces_and_removes(settings: Settings) -> None:
-    store = build_feedback_store(settings)
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_urls(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
+    """(feedback URL, chat-history URL) on a fresh SQLite folder or a fresh PostgreSQL database."""
+    if request.param == "postgres":
+        server: PostgresServer = request.getfixturevalue("postgres_server")
+        return server.database()
+    return f"sqlite:///{tmp_path / 'feedback.db'}", f"sqlite+aiosqlite:///{tmp_path / 'sub' / 'chat.db'}"
+
+
+def test_default_store_is_sqlite_under_the_data_dir(settings: Settings) -> None:
+    build_feedback_store(settings)
     assert (settings.data_dir / "feedback.db").is_file()
+
+
+def test_store_records_replaces_and_removes(database_urls: tuple[str, str], settings: Settings) -> None:
+    store = build_feedback_store(settings.model_copy(update={"feedback_db_url": database_urls[0]}))
     store.record(Feedback("a1", -1, "How much leave?", "25 days [1].", SOURCES, "wrong year", "alice", "chat"))
     store.record(Feedback("a1", 1, "How much leave?", "25 days [1].", SOURCES, "", "alice", "chat"))
     store.record(Feedback("a2", 1, "VPN?", "WireGuard.", [], created_at="2000-01-01T00:00:00+00:00"))
@@ -29,9 +45,9 @@ def test_store_records_replaces_and_removes(settings: Settings) -> None:
     assert store.get("a1") is None
 
 
-def test_chat_feedback_is_stored_with_question_answer_and_sources(tmp_path: Path) -> None:
-    store = FeedbackStore(sa.create_engine(f"sqlite:///{tmp_path / 'feedback.db'}"))
-    layer = ChatDataLayer(f"sqlite+aiosqlite:///{tmp_path / 'sub' / 'chat.db'}", store)
+def test_chat_feedback_is_stored_with_question_answer_and_sources(database_urls: tuple[str, str]) -> None:
+    store = FeedbackStore(sa.create_engine(database_urls[0]))
+    layer = ChatDataLayer(database_urls[1], store)
 
     async def scenario() -> None:
         await layer.update_thread("t1", name="How much leave?", metadata={})
@@ -62,7 +78,6 @@ def test_chat_feedback_is_stored_with_question_answer_and_sources(tmp_path: Path
         await layer.engine.dispose()
 
     asyncio.run(scenario())
-    assert (tmp_path / "sub" / "chat.db").is_file()
 
 
 def test_a_resumed_conversation_gives_back_its_history() -> None:
