@@ -21,10 +21,11 @@ from typing import Any
 from rag.types import Chunk
 
 K1, B = 1.5, 0.75
-_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # CJK ideographs: extension A, unified, compatibility
+_CJK = re.compile(f"[{_HAN}]")
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 # Runs of Han characters, and runs of anything else that is a word character.
-_RUNS = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+|[^\W_\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+_RUNS = re.compile(f"[{_HAN}]+|[^\\W_{_HAN}]+")
 # Words so common that they only add noise to a short question.
 _STOPWORDS_EN = """a an and are as at be by can do does for from how i in is it of on or that the this to was what
 when where which who why will with you your my me we our if not no there their they been has have had into about"""
