@@ -62,7 +62,7 @@ async def _load(url: str, bodies: list[dict[str, object]], clients: int) -> tupl
 
 def _serve(settings: Settings, port: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "RAG_DATA_DIR": str(settings.data_dir), "RAG_LLM_BASE_URL": settings.llm_base_url,
-           "RAG_LLM_MAX_TOKENS": str(MAX_TOKENS), "RAG_REFUSAL_THRESHOLD": "-1", "RAG_API_KEYS": ""}
+           "RAG_MAX_ANSWER_TOKENS": str(MAX_TOKENS), "RAG_REFUSAL_THRESHOLD": "-1", "RAG_API_KEYS": ""}
     process = subprocess.Popen([str(Path(sys.executable).parent / "rag"), "serve", "--port", str(port)], env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120

@@ -108,7 +108,7 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             # Short answers: the benchmark is about the time to the first token and the prompt's cache blocks.
-            local = settings.model_copy(update={"data_dir": Path(tmp), "llm_max_tokens": 16})
+            local = settings.model_copy(update={"data_dir": Path(tmp), "max_answer_tokens": 16})
             embedder = build_embedder(local)
             service.sync([REPO / "data" / "samples"], local, embedder=embedder)
             engine = build_engine(local, embedder=embedder)

@@ -1,4 +1,10 @@
-"""The one query path (CLI, API and UI alike): question (+ history) → retrieve → prompt → streamed, cited answer."""
+"""The one query path (CLI, API and UI alike): question (+ history) → retrieve → checked answer, streamed.
+
+What reaches a person is decided here, not by the model: every sentence the model writes is checked against the
+excerpts (rag.grounding) before it is streamed, cited by the excerpts that support it, and withheld otherwise. In
+`auto` mode an answer that is not grounded enough, in the wrong language, looping, or a refusal while the excerpts
+clearly hold the answer is replaced by sentences quoted from the excerpts (rag.extract) before any of it is shown.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +12,29 @@ import math
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
+from rag.answer_types import Answer, Done, Event, Outcome, Retrieved, Sentence, Source, Timings, Token
+from rag.extract import Encoder, extract
+from rag.grounding import MIN_COVERAGE, RepetitionGuard, SupportChecker, Verdict
 from rag.keyword import cjk_share
-from rag.llm import LLM, Usage
-from rag.prompt import REFUSAL, Message, answer_messages, cited_numbers, condense_messages, is_refusal
+from rag.llm import LLM, Delta, Usage
+from rag.prompt import Message, answer_messages, condense_messages, is_refusal, reply
 from rag.retrieve import Retriever
+from rag.sentences import Language, SentenceBuffer, language_of, question_language
 from rag.types import Hit
 
+__all__ = ["Answer", "AnswerMode", "Done", "Event", "QueryEngine", "Retrieved", "Sentence", "Source", "Token",
+           "confidence", "relevant"]
+
+AnswerMode = Literal["auto", "generate", "extract"]
 CONDENSE_MAX_TOKENS = 96
 CONFIDENCE_SCALE = 0.05  # a best score 0.05 above the refusal threshold gives confidence 0.73, 0.1 above 0.88
+EXTRACTED_CONFIDENCE = 0.8  # a quoted answer is right from the documents but may not answer the question itself
+# Calibrated on the dev sets and hand-labelled answers (README, "Answers you can trust"):
+GROUNDED_ENOUGH = 0.5  # auto mode keeps the model's answer while at least this share of its sentences is supported
+RELEVANCE_MARGIN = 0.2  # excerpts more than this below the best one are neither sent to the model nor listed
+CLEAR_MARGIN = 0.1  # a model refusal is overruled (quotes shown) when the best score is this far above the threshold
 
 
 def confidence(best_score: float | None, threshold: float) -> float:
@@ -24,91 +44,66 @@ def confidence(best_score: float | None, threshold: float) -> float:
     return round(1.0 / (1.0 + math.exp(-(best_score - threshold) / CONFIDENCE_SCALE)), 3)
 
 
-@dataclass(frozen=True, slots=True)
-class Source:
-    """An excerpt given to the LLM; `n` is the number its [n] markers refer to."""
-
-    n: int
-    hit: Hit
-    cited: bool
-
-    def as_json(self) -> dict[str, object]:
-        """The source as `rag ask --json` lists it."""
-        hit = self.hit
-        return {"n": self.n, "source": hit.source, "page": hit.page, "score": hit.score, "chunk_id": hit.chunk_id,
-                "cited": self.cited}
+def relevant(hits: Sequence[Hit], threshold: float, margin: float = RELEVANCE_MARGIN) -> list[Hit]:
+    """The hits at or above the refusal threshold and within `margin` of the best one."""
+    if not hits:
+        return []
+    floor = max(threshold, hits[0].score - margin)
+    return [hit for hit in hits if hit.score >= floor]
 
 
-@dataclass(frozen=True, slots=True)
-class Timings:
-    """Milliseconds from the start of the request."""
+@dataclass
+class _Run:
+    """One question on its way through the engine."""
 
-    retrieve_ms: float
-    first_token_ms: float | None
-    total_ms: float
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """A finished answer with its sources; `answerable` is false for refusals, `cited` false if no [n] was used."""
-
-    text: str
-    answerable: bool
-    cited: bool
-    sources: list[Source]
-    timings: Timings
+    question: str
+    history: Sequence[Message]
+    language: Language
+    started: float
+    retrieve_ms: float = 0.0
+    standalone: str = ""
+    threshold: float = 0.0
+    sure: float = 0.0
+    hits: list[Hit] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
-    standalone_question: str = ""
-    confidence: float = 0.0
-
-    def as_json(self) -> dict[str, object]:
-        """The `rag ask --json` contract."""
-        return {
-            "answer": self.text, "answerable": self.answerable, "cited": self.cited,
-            "sources": [source.as_json() for source in self.sources],
-            "timings": {"retrieve_ms": round(self.timings.retrieve_ms, 1),
-                        "first_token_ms": None if self.timings.first_token_ms is None
-                        else round(self.timings.first_token_ms, 1),
-                        "total_ms": round(self.timings.total_ms, 1)},
-            "usage": {"prompt_tokens": self.usage.prompt_tokens, "completion_tokens": self.usage.completion_tokens},
-        }
+    draft_first_ms: float | None = None
+    shown_first_ms: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Token:
-    """Streamed text of the answer."""
+@dataclass
+class _Draft:
+    """The model's answer as it is checked: every judged sentence, what was shown, why generation stopped."""
 
-    text: str
+    sentences: list[Sentence] = field(default_factory=list)
+    text: str = ""
+    stop: str = ""  # "loop", "ungrounded", "language", "refusal"
+    refused: bool = False
 
+    @property
+    def shown(self) -> int:
+        return sum(sentence.shown for sentence in self.sentences)
 
-@dataclass(frozen=True, slots=True)
-class Retrieved:
-    """The excerpts the answer will be drawn from (sent before the first token), and the query that found them."""
-
-    hits: list[Hit]
-    query: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Done:
-    """The end of a stream, with the finished answer."""
-
-    answer: Answer
-
-
-Event = Token | Retrieved | Done
+    @property
+    def grounded(self) -> float:
+        judged = self.sentences
+        return round(sum(s.supported for s in judged) / len(judged), 3) if judged else 0.0
 
 
 class QueryEngine:
     """Answers questions from the documents, refusing when retrieval finds nothing close enough."""
 
     def __init__(self, retriever: Retriever, llm: LLM, top_k: int = 3, refusal_threshold: float = 0.0,
-                 refusal_threshold_cjk: float | None = None) -> None:
+                 refusal_threshold_cjk: float | None = None, mode: AnswerMode = "auto",
+                 encoder: Encoder | None = None, max_answer_tokens: int | None = None) -> None:
         self.retriever = retriever
         self._llm = llm
         self.top_k = top_k
         self.refusal_threshold = refusal_threshold
         self.refusal_threshold_cjk = refusal_threshold if refusal_threshold_cjk is None else refusal_threshold_cjk
+        self.mode: AnswerMode = mode
+        self._encoder = encoder
+        self.max_answer_tokens = max_answer_tokens
+        self.min_coverage = dict(MIN_COVERAGE)
 
     def threshold_for(self, question: str) -> float:
         """The refusal threshold for this question: Chinese questions score on another scale (keyword-led)."""
@@ -116,38 +111,23 @@ class QueryEngine:
         return self.refusal_threshold * (1 - zh) + self.refusal_threshold_cjk * zh
 
     def stream(self, question: str, history: Sequence[Message] = (), top_k: int | None = None) -> Iterator[Event]:
-        """Retrieved excerpts, then answer tokens, then Done with the finished Answer."""
-        started = time.perf_counter()
-        standalone = self.condense(question, history) if history else question
-        hits = self.retriever.search(standalone, top_k or self.top_k)
-        retrieve_ms = _ms(started)
-        threshold = self.threshold_for(standalone)
-        sure = confidence(hits[0].score if hits else None, threshold)
-        if not hits or hits[0].score < threshold:
-            yield Token(REFUSAL)
-            timings = Timings(retrieve_ms, None, _ms(started))
-            yield Done(Answer(REFUSAL, False, False, [], timings, standalone_question=standalone, confidence=sure))
+        """Retrieved excerpts, then checked answer text, then Done with the finished Answer."""
+        run = _Run(question, history, question_language(question), time.perf_counter())
+        run.standalone = self.condense(question, history) if history else question
+        hits = self.retriever.search(run.standalone, top_k or self.top_k)
+        run.retrieve_ms, run.threshold = _ms(run.started), self.threshold_for(run.standalone)
+        run.sure = confidence(hits[0].score if hits else None, run.threshold)
+        run.hits = relevant(hits, run.threshold)
+        if not run.hits:
+            yield from self._refused(run, "refusal", listed=False)
             return
-        yield Retrieved(hits, standalone)
-        yield from self._generate(question, hits, history, started, retrieve_ms, standalone, sure)
-
-    def _generate(self, question: str, hits: list[Hit], history: Sequence[Message], started: float,
-                  retrieve_ms: float, standalone: str, sure: float) -> Iterator[Event]:
-        parts: list[str] = []
-        first_token_ms: float | None = None
-        usage = Usage()
-        for delta in self._llm.stream(answer_messages(question, hits, history)):
-            if delta.text:
-                first_token_ms = first_token_ms if first_token_ms is not None else _ms(started)
-                parts.append(delta.text)
-                yield Token(delta.text)
-            usage = delta.usage or usage
-        text = "".join(parts).strip()
-        cited = cited_numbers(text, len(hits))
-        sources = [Source(n, hit, n in cited) for n, hit in enumerate(hits, start=1)]
-        timings = Timings(retrieve_ms, first_token_ms, _ms(started))
-        answerable = bool(text) and not is_refusal(text)
-        yield Done(Answer(text, answerable, bool(cited), sources, timings, usage, standalone, sure))
+        yield Retrieved(run.hits, run.standalone)
+        if _other_language(run.hits, run.language):
+            yield from self._extracted(run, "other_language")
+        elif self.mode == "extract":
+            yield from self._extracted(run, "setting")
+        else:
+            yield from self._generated(run)
 
     def ask(self, question: str, history: Sequence[Message] = (), top_k: int | None = None) -> Answer:
         """The finished answer, without streaming."""
@@ -160,6 +140,123 @@ class QueryEngine:
         """A standalone version of a follow-up question, for retrieval."""
         rewritten = " ".join(self._llm.complete(condense_messages(question, history), CONDENSE_MAX_TOKENS).split())
         return rewritten.strip('"“”') or question
+
+    def _generated(self, run: _Run) -> Iterator[Event]:
+        checker = SupportChecker([hit.text for hit in run.hits], run.language, self.min_coverage)
+        draft = _Draft()
+        deltas = self._llm.stream(answer_messages(run.question, run.hits, run.history), self.max_answer_tokens)
+        try:
+            for text in self._sentences(deltas, run, draft):
+                if shown := self._judge(checker.check(text), draft):
+                    yield self._shown(run, draft, shown)
+                if draft.stop:
+                    break
+        finally:
+            deltas.close()  # stops generation on the server when we stop early
+        yield from self._after_generation(run, draft)
+
+    def _sentences(self, deltas: Iterator[Delta], run: _Run, draft: _Draft) -> Iterator[str]:
+        """Complete sentences of the model's stream; stops (draft.stop = "loop") when the stream repeats itself."""
+        buffer, guard = SentenceBuffer(), RepetitionGuard()
+        for delta in deltas:
+            run.usage = delta.usage or run.usage
+            if not delta.text:
+                continue
+            run.draft_first_ms = run.draft_first_ms or _ms(run.started)
+            if guard.feed(delta.text):
+                draft.stop = "loop"
+                return
+            yield from buffer.feed(delta.text)
+        yield from buffer.flush()
+
+    def _judge(self, verdict: Verdict, draft: _Draft) -> str:
+        """Record a checked sentence; returns the text to show ("" to withhold) and sets draft.stop when to stop."""
+        if verdict.reason == "empty":
+            return ""
+        if is_refusal(verdict.text):
+            if not draft.shown:  # a refusal after shown sentences is dropped; before them, it ends the draft
+                draft.refused, draft.stop = True, "refusal"
+            return ""
+        draft.sentences.append(Sentence(verdict.text, verdict.supported, verdict.sources, False, verdict.reason))
+        if verdict.reason == "repeat":
+            draft.stop = "loop"
+            return ""
+        if self.mode == "auto" and draft.grounded < GROUNDED_ENOUGH:
+            draft.stop = "language" if verdict.reason == "language" and not draft.shown else "ungrounded"
+            return ""
+        if not verdict.supported:
+            return ""
+        draft.sentences[-1] = Sentence(verdict.text, True, verdict.sources, True)
+        return _with_markers(verdict.text, verdict.sources)
+
+    def _shown(self, run: _Run, draft: _Draft, text: str) -> Token:
+        separator = "" if not draft.text else "\n" if text[:2] in ("- ", "* ") else \
+            "" if run.language == "zh" else " "
+        draft.text += separator + text
+        run.shown_first_ms = run.shown_first_ms or _ms(run.started)
+        return Token(separator + text)
+
+    def _after_generation(self, run: _Run, draft: _Draft) -> Iterator[Event]:
+        if draft.shown:
+            yield Done(self._answer(run, "generated", draft.text, draft.sentences, draft.grounded, draft.stop))
+        elif self.mode == "generate":
+            yield from self._refused(run, "refusal" if draft.refused else "withheld", draft=draft)
+        elif draft.refused and run.hits[0].score < run.threshold + CLEAR_MARGIN:
+            yield from self._refused(run, "refusal", draft=draft)
+        else:
+            yield from self._extracted(run, draft.stop or "ungrounded", draft)
+
+    def _extracted(self, run: _Run, why: str, draft: _Draft | None = None) -> Iterator[Event]:
+        quotes = extract(run.question, run.hits, run.language, self._encoder)
+        if not quotes:
+            yield from self._refused(run, "withheld", draft=draft)
+            return
+        label = reply("other_language" if why == "other_language" else "quoted", run.language)
+        run.shown_first_ms = run.shown_first_ms or _ms(run.started)
+        lines = [label, *(f"“{quote.text}” [{quote.n}]" for quote in quotes)]
+        for n, line in enumerate(lines):
+            yield Token(("\n" if n else "") + line)
+        sentences = [Sentence(quote.text, True, (quote.n,), True) for quote in quotes]
+        drafted = (draft.sentences if draft else []) + sentences
+        grounded = draft.grounded if draft and draft.sentences else 1.0
+        yield Done(self._answer(run, "extracted", "\n".join(lines), drafted, grounded, why))
+
+    def _refused(self, run: _Run, kind: str, listed: bool = True, draft: _Draft | None = None) -> Iterator[Event]:
+        text = reply(kind, run.language)
+        run.shown_first_ms = run.shown_first_ms or _ms(run.started)
+        yield Token(text)
+        grounded = draft.grounded if draft else 0.0
+        answer = self._answer(run, "refused", text, draft.sentences if draft else [], grounded, kind)
+        yield Done(answer if listed else _without_sources(answer))
+
+    def _answer(self, run: _Run, outcome: Outcome, text: str, sentences: list[Sentence], grounded: float,
+                why: str) -> Answer:
+        cited = {n for sentence in sentences if sentence.shown for n in sentence.sources}
+        sources = [Source(n, hit, n in cited) for n, hit in enumerate(run.hits, start=1)]
+        timings = Timings(run.retrieve_ms, run.shown_first_ms, _ms(run.started), run.draft_first_ms)
+        sure = {"generated": run.sure * grounded, "extracted": run.sure * EXTRACTED_CONFIDENCE}.get(outcome, run.sure)
+        return Answer(text, outcome != "refused", bool(cited), sources, timings, run.usage, run.standalone,
+                      round(sure, 3), outcome, grounded, sentences, why if outcome != "generated" or why else "",
+                      loop=why == "loop")
+
+
+def _with_markers(text: str, sources: Sequence[int]) -> str:
+    """The sentence with its [n] markers before its final punctuation."""
+    markers = "".join(f"[{n}]" for n in sources)
+    body, end = (text[:-1], text[-1]) if text[-1:] and text[-1] in ".!?。！？；" else (text, "")
+    space = "" if end in ("。", "！", "？", "；") or language_of(body) == "zh" else " "
+    return f"{body.rstrip()}{space}{markers}{end}"
+
+
+def _other_language(hits: Sequence[Hit], language: Language) -> bool:
+    found = {language_of(hit.text) for hit in hits} - {None}
+    return bool(found) and language not in found
+
+
+def _without_sources(answer: Answer) -> Answer:
+    from dataclasses import replace
+
+    return replace(answer, sources=[])
 
 
 def _ms(since: float) -> float:

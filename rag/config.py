@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rag.errors import ConfigError
@@ -57,7 +57,10 @@ class Settings(BaseSettings):
     llm_api_key: str = "EMPTY"
     llm_timeout_s: float = Field(default=60.0, gt=0)
     llm_connect_timeout_s: float = Field(default=2.0, gt=0)
-    llm_max_tokens: int = Field(default=384, ge=1)
+    # RAG_LLM_MAX_TOKENS is the name before the answer checks came; still read.
+    max_answer_tokens: int = Field(default=256, ge=16, le=4096,
+                                   validation_alias=AliasChoices("RAG_MAX_ANSWER_TOKENS", "RAG_LLM_MAX_TOKENS"))
+    answer_mode: Literal["auto", "generate", "extract"] = "auto"
     llm_temperature: float = Field(default=0.0, ge=0.0, le=2.0)
     llm_repetition_penalty: float = Field(default=1.1, ge=1.0, le=2.0)
     llm_model_path: Path | None = None

@@ -51,16 +51,17 @@ class LLM:
         import openai
 
         try:
-            chunks = self._client.chat.completions.create(
+            # Closing the stream (when the caller stops early) drops the connection, and vLLM aborts the request.
+            with self._client.chat.completions.create(
                 model=self.model, messages=cast("list[ChatCompletionMessageParam]", list(messages)),
                 max_tokens=max_tokens or self.max_tokens, temperature=self.temperature, stream=True,
                 stream_options={"include_usage": True}, extra_body=self._sampling_extras(),
-            )
-            for chunk in chunks:
-                if chunk.choices and chunk.choices[0].delta.content:
-                    yield Delta(text=chunk.choices[0].delta.content)
-                if chunk.usage is not None:
-                    yield Delta(usage=Usage(chunk.usage.prompt_tokens, chunk.usage.completion_tokens))
+            ) as chunks:
+                for chunk in chunks:
+                    if chunk.choices and chunk.choices[0].delta.content:
+                        yield Delta(text=chunk.choices[0].delta.content)
+                    if chunk.usage is not None:
+                        yield Delta(usage=Usage(chunk.usage.prompt_tokens, chunk.usage.completion_tokens))
         except (openai.APIConnectionError, openai.APITimeoutError) as exc:
             raise LLMUnavailable(
                 f"the LLM server at {self.base_url} (RAG_LLM_BASE_URL) is unreachable or timed out: {exc}"

@@ -13,6 +13,15 @@ from typing import Literal, TypedDict
 from rag.types import Hit
 
 REFUSAL = "I could not find this in the documents."
+# What the assistant itself says (not the model), in the language of the question.
+REPLIES: dict[str, dict[str, str]] = {
+    "refusal": {"en": REFUSAL, "zh": "文档中没有找到相关内容。"},
+    "withheld": {"en": "I could not write an answer that the documents support; please read the sources below.",
+                 "zh": "无法给出有文档依据的回答，请查看下面的来源。"},
+    "quoted": {"en": "From the documents (quoted):", "zh": "文档原文摘录："},
+    "other_language": {"en": "The documents cover this only in Chinese; quoted:",
+                       "zh": "文档中只有英文内容，以下为原文摘录："},
+}
 
 SYSTEM_PROMPT = f"""You are the knowledge-base assistant of a company. Staff ask you questions, and you answer \
 them using only the numbered document excerpts that come with each question.
@@ -88,6 +97,12 @@ def cited_numbers(answer: str, available: int) -> list[int]:
     return seen
 
 
+def reply(kind: str, language: str) -> str:
+    """One of the assistant's own texts (REPLIES) in the given language."""
+    return REPLIES[kind]["zh" if language == "zh" else "en"]
+
+
 def is_refusal(answer: str) -> bool:
-    """Whether the model answered with the refusal sentence."""
-    return REFUSAL.lower().rstrip(".") in answer.strip().lower()
+    """Whether the text is (or contains) the refusal sentence, in either language."""
+    flat = answer.strip().lower()
+    return any(text.lower().rstrip(".。") in flat for text in REPLIES["refusal"].values())

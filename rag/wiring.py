@@ -109,7 +109,7 @@ def build_llm(settings: Settings) -> LLM:
 
     timeout = Timeout(settings.llm_timeout_s, connect=settings.llm_connect_timeout_s)
     client = OpenAI(base_url=settings.llm_base_url, api_key=settings.llm_api_key, timeout=timeout, max_retries=0)
-    return LLM(client, settings.llm_model, settings.llm_max_tokens, settings.llm_temperature,
+    return LLM(client, settings.llm_model, settings.max_answer_tokens, settings.llm_temperature,
                settings.llm_repetition_penalty)
 
 
@@ -138,9 +138,10 @@ def build_retriever(settings: Settings, embedder: Embedder | None = None,
 def build_engine(settings: Settings, embedder: Embedder | None = None, store: ChromaStore | None = None,
                  llm: LLM | None = None) -> QueryEngine:
     """The query path wired from settings (parts may be passed in, e.g. shared by an app)."""
+    embedder = embedder or build_embedder(settings)
     retriever = build_retriever(settings, embedder, store)
     return QueryEngine(retriever, llm or build_llm(settings), settings.top_k, settings.refusal_threshold,
-                       settings.refusal_threshold_cjk)
+                       settings.refusal_threshold_cjk, settings.answer_mode, embedder, settings.max_answer_tokens)
 
 
 def build_feedback_store(settings: Settings) -> FeedbackStore:

@@ -30,48 +30,106 @@ def retriever(docs: Path, write: Write, settings: Settings, embedder: CountingEm
     return Retriever(embedder, build_store(settings))
 
 
-def test_answer_streams_tokens_and_maps_citations(retriever: Retriever) -> None:
-    server = FakeLLMServer(lambda messages: "Staff get 25 days [1].")
+def test_answer_streams_checked_sentences_with_repaired_citations(retriever: Retriever) -> None:
+    # The model cites [2] (the VPN page) for a leave fact and invents [7]: both are replaced by the real source.
+    server = FakeLLMServer(lambda messages: "Staff get 25 days of annual leave per year [2][7].")
     engine = QueryEngine(retriever, server.llm(), top_k=2, refusal_threshold=0.1)
     events = list(engine.stream("How many days of annual leave do staff get?"))
     assert isinstance(events[0], Retrieved)
-    assert "".join(e.text for e in events if isinstance(e, Token)) == "Staff get 25 days [1]."
+    assert [e.text for e in events if isinstance(e, Token)] == ["Staff get 25 days of annual leave per year [1]."]
     answer = events[-1].answer if isinstance(events[-1], Done) else None
     assert answer is not None and answer.answerable and answer.cited
-    assert [(s.n, s.hit.source, s.cited) for s in answer.sources] == [(1, "hr/leave.md", True), (2, "it/vpn.md", False)]
+    assert (answer.mode, answer.grounded, answer.fallback) == ("generated", 1.0, "")
+    assert [(s.n, s.hit.source, s.cited) for s in answer.sources] == [(1, "hr/leave.md", True)]  # VPN: not relevant
     assert answer.usage.prompt_tokens == 100
     sent = server.requests[0]
     assert sent["model"] == "fake-model" and sent["stream"] is True
     assert sent["messages"][0] == {"role": "system", "content": SYSTEM_PROMPT}  # type: ignore[index]
     assert "[1] hr/leave.md, section: Leave" in sent["messages"][1]["content"]  # type: ignore[index]
+    assert "it/vpn.md" not in sent["messages"][1]["content"]  # type: ignore[index]
     json_out = answer.as_json()
     assert json_out["sources"][0] == {"n": 1, "source": "hr/leave.md", "page": None,  # type: ignore[index]
                                       "score": answer.sources[0].hit.score, "chunk_id": answer.sources[0].hit.chunk_id,
                                       "cited": True}
-    assert set(json_out["timings"]) == {"retrieve_ms", "first_token_ms", "total_ms"}  # type: ignore[arg-type]
+    assert json_out["sentences"] == [{"text": "Staff get 25 days of annual leave per year.", "supported": True,
+                                      "sources": [1]}]
+    assert set(json_out["timings"]) == {"retrieve_ms", "first_token_ms", "draft_first_token_ms",  # type: ignore[arg-type]
+                                        "total_ms"}
+
+
+LEAVE = "How many days of annual leave do staff get?"
+
+
+def test_unsupported_sentences_are_withheld_in_generate_mode(retriever: Retriever) -> None:
+    reply = "Staff get 25 days of annual leave per year. Unused days expire in March 2031."
+    engine = QueryEngine(retriever, FakeLLMServer(lambda m: reply).llm(), 2, 0.1, mode="generate")
+    events = list(engine.stream(LEAVE))
+    assert "".join(e.text for e in events if isinstance(e, Token)) == "Staff get 25 days of annual leave per year [1]."
+    answer = engine.ask(LEAVE)
+    assert (answer.mode, answer.grounded) == ("generated", 0.5)
+    assert [(s.text, s.reason) for s in answer.withheld] == [("Unused days expire in March 2031.", "number")]
+    assert "2031" not in str(answer.as_json())  # a withheld draft never leaves the server as text
+
+
+@pytest.mark.parametrize(("reply", "fallback"), [
+    ("Leave is decided by your manager each year.", "ungrounded"),
+    ("员工每年有二十五天年假。", "language"),
+    ("", "ungrounded"),
+    ("[1][7]", "ungrounded"),
+    ("Please ask the manager about it " * 30, "loop"),
+])
+def test_auto_mode_quotes_the_documents_when_the_draft_fails(retriever: Retriever, reply: str, fallback: str) -> None:
+    answer = QueryEngine(retriever, FakeLLMServer(lambda m: reply).llm(), 2, 0.1).ask(LEAVE)
+    assert (answer.mode, answer.fallback, answer.answerable) == ("extracted", fallback, True)
+    assert answer.text == "From the documents (quoted):\n“Staff get 25 days of annual leave per year.” [1]"
+    assert answer.cited and answer.shown_sentences[0].sources == (1,)
+    assert answer.loop is (fallback == "loop")
+
+
+def test_generate_mode_never_quotes_and_says_when_nothing_was_supported(retriever: Retriever) -> None:
+    engine = QueryEngine(retriever, FakeLLMServer(lambda m: "Ask your manager.").llm(), 2, 0.1, mode="generate")
+    answer = engine.ask(LEAVE)
+    assert (answer.mode, answer.answerable, answer.fallback) == ("refused", False, "withheld")
+    assert answer.text.startswith("I could not write an answer that the documents support")
+    assert [s.hit.source for s in answer.sources] == ["hr/leave.md"]
+
+
+def test_extract_mode_does_not_call_the_llm(retriever: Retriever) -> None:
+    server = FakeLLMServer(lambda m: "unused")
+    answer = QueryEngine(retriever, server.llm(), 2, 0.1, mode="extract").ask(LEAVE)
+    assert (answer.mode, answer.fallback, server.requests) == ("extracted", "setting", [])
+    assert "“Staff get 25 days of annual leave per year.” [1]" in answer.text
+
+
+def test_loops_stop_generation_but_keep_the_checked_sentences(retriever: Retriever) -> None:
+    reply = "Staff get 25 days of annual leave per year. " + "Leave leave leave leave " * 40
+    answer = QueryEngine(retriever, FakeLLMServer(lambda m: reply).llm(), 2, 0.1, mode="generate").ask(LEAVE)
+    assert (answer.mode, answer.loop, answer.text) == ("generated", True,
+                                                       "Staff get 25 days of annual leave per year [1].")
+
+
+def test_model_refusal_is_overruled_only_when_the_excerpts_clearly_answer(retriever: Retriever) -> None:
+    sure = QueryEngine(retriever, FakeLLMServer(lambda m: REFUSAL).llm(), 2, 0.1).ask(LEAVE)
+    assert (sure.mode, sure.fallback) == ("extracted", "refusal")
+    best = sure.sources[0].hit.score
+    unsure = QueryEngine(retriever, FakeLLMServer(lambda m: REFUSAL).llm(), 2, best - 0.05).ask(LEAVE)
+    assert (unsure.mode, unsure.text, unsure.answerable) == ("refused", REFUSAL, False)
 
 
 def test_low_retrieval_score_refuses_without_calling_the_llm(retriever: Retriever) -> None:
     server = FakeLLMServer(lambda messages: "should not be called")
     engine = QueryEngine(retriever, server.llm(), top_k=2, refusal_threshold=0.99)
     answer = engine.ask("What is the boiling point of mercury?")
-    assert (answer.text, answer.answerable, answer.sources) == (REFUSAL, False, [])
+    assert (answer.text, answer.answerable, answer.sources, answer.mode) == (REFUSAL, False, [], "refused")
+    assert engine.ask("水银的沸点是多少？").text == "文档中没有找到相关内容。"
     assert server.requests == []
-
-
-def test_uncited_answer_is_flagged_and_model_refusal_is_not_answerable(retriever: Retriever) -> None:
-    uncited = QueryEngine(retriever, FakeLLMServer(lambda m: "Twenty-five days.").llm(), 2, 0.0)
-    answer = uncited.ask("How many leave days?")
-    assert (answer.answerable, answer.cited) == (True, False)
-    refusing = QueryEngine(retriever, FakeLLMServer(lambda m: REFUSAL).llm(), 2, 0.0)
-    assert refusing.ask("How many leave days?").answerable is False
 
 
 def test_follow_up_is_condensed_for_retrieval_and_answered_with_history(retriever: Retriever) -> None:
     def reply(messages: list[dict[str, str]]) -> str:
         if messages[0]["content"] == CONDENSE_PROMPT:
             return '"How do I connect to the VPN?"'
-        return "Install WireGuard [1]."
+        return "Install WireGuard and import the company profile [1]."
 
     server = FakeLLMServer(reply)
     history: list[Message] = [{"role": "user", "content": "Tell me about the VPN."},

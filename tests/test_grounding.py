@@ -1,0 +1,108 @@
+"""The answer checks as pure functions: sentence splitting, language, the support check, loops, extraction."""
+
+from __future__ import annotations
+
+import pytest
+
+from rag.extract import extract
+from rag.grounding import RepetitionGuard, SupportChecker, names, numbers
+from rag.sentences import SentenceBuffer, language_of, question_language, split_sentences
+from rag.types import Hit
+
+HISTORY = ("The Debian Project was officially founded by Ian Murdock on August 16th, 1993. The name comes from the "
+           "names of the creator of Debian, Ian Murdock, and his wife, Debra.")
+VENV = ("12.2. Creating Virtual Environments\nTo create a virtual environment, decide upon a directory where you "
+        "want to place it, and run the venv module as a script with the directory path:\n\npython3 -m venv "
+        "tutorial-env\n\nThis will create the tutorial-env directory if it doesn't exist.")
+VIRTUAL = "虚拟软件包是一个通用的名称，适合称呼一组软件包中的任意一个，所有软件包都提供相似的基本功能。"
+MIXED = ("Founded by Ian Murdock on August 16th, 1993 [1]. The name joins Ian and Debra, e.g. his wife.[2] Run "
+         "python3 -m venv env.\n- step one\n- step two\n虚拟软件包是通用名称。可以使用 cron-apt；它默认只更新。 "
+         "J. Smith said so! then\nwrapped line.")
+
+
+def test_sentences_split_on_english_and_chinese_punctuation_lists_and_keep_markers() -> None:
+    assert split_sentences(MIXED) == [
+        "Founded by Ian Murdock on August 16th, 1993 [1].", "The name joins Ian and Debra, e.g. his wife.[2]",
+        "Run python3 -m venv env.", "- step one", "- step two", "虚拟软件包是通用名称。", "可以使用 cron-apt；",
+        "它默认只更新。", "J. Smith said so! then wrapped line."]
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 7])
+def test_streamed_sentences_equal_the_finished_split(size: int) -> None:
+    buffer, out = SentenceBuffer(), []
+    for start in range(0, len(MIXED), size):
+        out += buffer.feed(MIXED[start:start + size])
+    assert out + buffer.flush() == split_sentences(MIXED)
+
+
+def test_a_sentence_is_handed_out_only_once_what_follows_it_is_seen() -> None:
+    buffer = SentenceBuffer()
+    assert buffer.feed("It was founded in 1993.") == []  # a marker may still follow
+    assert buffer.feed(" [1") == []
+    assert buffer.feed("] Then") == ["It was founded in 1993. [1]"]
+
+
+def test_language_of_texts_and_questions() -> None:
+    assert (language_of("使用 cron-apt 工具"), language_of("Use the cron-apt tool daily"), language_of("build-essential"),
+            language_of("`python3 -m venv env` [1]")) == ("zh", "en", None, None)
+    assert (question_language("什么是虚拟软件包？"), question_language("What is a virtual package?"),
+            question_language("I18N 和 L10N 分别是什么意思？")) == ("zh", "en", "zh")
+
+
+def test_facts_are_numbers_and_names() -> None:
+    assert numbers("Founded on August 16th, 1993; needs 1,160 MB and version 3.11.") == {"16", "1993", "1160", "3.11"}
+    assert names("Run `python3 -m venv env` with --upgrade-pip in /etc/apt, as Ian Murdock said.") == {
+        "python3 -m venv env", "--upgrade-pip", "/etc/apt", "ian murdock"}
+
+
+@pytest.mark.parametrize(("sentence", "supported", "sources", "reason"), [
+    ("The name Debian comes from Ian Murdock and his wife Debra [2].", True, (1,), ""),
+    ("Debian was founded on August 16th, 1993 by Ian Murdock.", True, (1,), ""),
+    ("Run python3 -m venv tutorial-env to create a virtual environment [1].", True, (2,), ""),
+    ("The name joins Ian and Debra, and you create environments with the venv module.", True, (1, 2), ""),
+    ("Ian Murdock was born in 1981.", False, (1,), "number"),
+    ("He was a British engineer who helped create the GNU General Pentestistry.", False, (2,), "name"),
+    ("Run `python3 -m venv myenv`.", False, (2,), "name"),
+    ("Debian is a popular distribution used by many companies worldwide.", False, (1,), "coverage"),
+    ("<b>Debian</b> was founded by <i>Ian Murdock</i>.", True, (1,), ""),
+    ("Debian 由 Ian Murdock 创建。", False, (), "language"),
+])
+def test_support_check(sentence: str, supported: bool, sources: tuple[int, ...], reason: str) -> None:
+    verdict = SupportChecker([HISTORY, VENV], "en").check(sentence)
+    assert (verdict.supported, verdict.sources, verdict.reason) == (supported, sources, reason)
+    assert "[" not in verdict.text and "<" not in verdict.text
+
+
+def test_support_check_bad_input_filler_markers_and_repeats() -> None:
+    checker = SupportChecker([HISTORY], "en")
+    assert [checker.check(text).reason for text in ("", "   ", "[1][2]", "[7]", "Sure!", "<br/>")] == ["empty"] * 6
+    assert checker.check("Debian was founded by Ian Murdock [7].").supported
+    assert checker.check("Debian was founded by Ian Murdock.").reason == "repeat"
+
+
+def test_support_check_in_chinese() -> None:
+    checker = SupportChecker([VIRTUAL], "zh")
+    assert checker.check("虚拟软件包是一组软件包的通用名称。").supported
+    assert checker.check("虚拟软件包是 Debian 预安装程序。").reason == "name"
+    assert checker.check("虚拟软件包是安装程序的预装组件。").reason == "coverage"
+    assert checker.check("A virtual package is a generic name for a group.").reason == "language"
+
+
+def test_repetition_guard_stops_loops_but_not_normal_text() -> None:
+    guard = RepetitionGuard()
+    assert next(n for n in range(40) if guard.feed("--upgrade-p" if n % 2 else "ip ")) < 40
+    calm = RepetitionGuard()
+    assert not any(calm.feed(word + " ") for word in (HISTORY + " " + VENV).split())
+    chinese = RepetitionGuard()
+    assert any(chinese.feed("这是系统给助手的说明。") for _ in range(4))
+
+
+def test_extract_quotes_the_answering_sentence_and_the_command_it_introduces() -> None:
+    hits = [Hit("a", VENV, "venv.html", 0.7, headings="12.2. Creating Virtual Environments"),
+            Hit("b", HISTORY, "history.pdf", 0.3, page=7)]
+    quotes = extract("How do I create a Python virtual environment?", hits, "en")
+    assert [quote.n for quote in quotes] == [1, 1]
+    assert quotes[0].text.startswith("To create a virtual environment") and quotes[1].text == "python3 -m venv tutorial-env"
+    zh = extract("什么是虚拟软件包？", [Hit("c", "其他内容。" + VIRTUAL, "faq.html", 0.5)], "zh")
+    assert [quote.text for quote in zh] == [VIRTUAL]
+    assert extract("anything", [Hit("d", "Hi.", "x.md", 0.5)], "en") == []
