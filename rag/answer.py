@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -94,7 +94,8 @@ class QueryEngine:
 
     def __init__(self, retriever: Retriever, llm: LLM, top_k: int = 3, refusal_threshold: float = 0.0,
                  refusal_threshold_cjk: float | None = None, mode: AnswerMode = "auto",
-                 encoder: Encoder | None = None, max_answer_tokens: int | None = None) -> None:
+                 encoder: Encoder | None = None, max_answer_tokens: int | None = None,
+                 model_languages: frozenset[str] = frozenset({"en", "zh"})) -> None:
         self.retriever = retriever
         self._llm = llm
         self.top_k = top_k
@@ -104,6 +105,7 @@ class QueryEngine:
         self._encoder = encoder
         self.max_answer_tokens = max_answer_tokens
         self.min_coverage = dict(MIN_COVERAGE)
+        self.model_languages = model_languages
 
     def threshold_for(self, question: str) -> float:
         """The refusal threshold for this question: Chinese questions score on another scale (keyword-led)."""
@@ -126,6 +128,8 @@ class QueryEngine:
             yield from self._extracted(run, "other_language")
         elif self.mode == "extract":
             yield from self._extracted(run, "setting")
+        elif run.language not in self.model_languages:
+            yield from self._extracted(run, "model_language")  # the model cannot write the question's language
         else:
             yield from self._generated(run)
 
@@ -142,7 +146,7 @@ class QueryEngine:
         return rewritten.strip('"“”') or question
 
     def _generated(self, run: _Run) -> Iterator[Event]:
-        checker = SupportChecker([hit.text for hit in run.hits], run.language, self.min_coverage)
+        checker = SupportChecker([hit.text for hit in run.hits], run.language, run.standalone, self.min_coverage)
         draft = _Draft()
         deltas = self._llm.stream(answer_messages(run.question, run.hits, run.history), self.max_answer_tokens)
         try:
@@ -155,7 +159,7 @@ class QueryEngine:
             deltas.close()  # stops generation on the server when we stop early
         yield from self._after_generation(run, draft)
 
-    def _sentences(self, deltas: Iterator[Delta], run: _Run, draft: _Draft) -> Iterator[str]:
+    def _sentences(self, deltas: Iterable[Delta], run: _Run, draft: _Draft) -> Iterator[str]:
         """Complete sentences of the model's stream; stops (draft.stop = "loop") when the stream repeats itself."""
         buffer, guard = SentenceBuffer(), RepetitionGuard()
         for delta in deltas:
@@ -207,9 +211,9 @@ class QueryEngine:
             yield from self._extracted(run, draft.stop or "ungrounded", draft)
 
     def _extracted(self, run: _Run, why: str, draft: _Draft | None = None) -> Iterator[Event]:
-        quotes = extract(run.question, run.hits, run.language, self._encoder)
-        if not quotes:
-            yield from self._refused(run, "withheld", draft=draft)
+        quotes = extract(run.standalone, run.hits, run.language, self._encoder)
+        if not quotes:  # no sentence of the excerpts addresses the question
+            yield from self._refused(run, "refusal", draft=draft)
             return
         label = reply("other_language" if why == "other_language" else "quoted", run.language)
         run.shown_first_ms = run.shown_first_ms or _ms(run.started)
@@ -234,7 +238,7 @@ class QueryEngine:
         cited = {n for sentence in sentences if sentence.shown for n in sentence.sources}
         sources = [Source(n, hit, n in cited) for n, hit in enumerate(run.hits, start=1)]
         timings = Timings(run.retrieve_ms, run.shown_first_ms, _ms(run.started), run.draft_first_ms)
-        sure = {"generated": run.sure * grounded, "extracted": run.sure * EXTRACTED_CONFIDENCE}.get(outcome, run.sure)
+        sure = {"generated": run.sure * grounded, "extracted": run.sure * EXTRACTED_CONFIDENCE}.get(outcome, 0.0)
         return Answer(text, outcome != "refused", bool(cited), sources, timings, run.usage, run.standalone,
                       round(sure, 3), outcome, grounded, sentences, why if outcome != "generated" or why else "",
                       loop=why == "loop")

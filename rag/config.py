@@ -61,12 +61,21 @@ class Settings(BaseSettings):
     max_answer_tokens: int = Field(default=256, ge=16, le=4096,
                                    validation_alias=AliasChoices("RAG_MAX_ANSWER_TOKENS", "RAG_LLM_MAX_TOKENS"))
     answer_mode: Literal["auto", "generate", "extract"] = "auto"
+    llm_languages: str = "en"
     llm_temperature: float = Field(default=0.0, ge=0.0, le=2.0)
     llm_repetition_penalty: float = Field(default=1.1, ge=1.0, le=2.0)
     llm_model_path: Path | None = None
     llm_max_model_len: int = Field(default=4096, ge=256)
     llm_start_timeout_s: float = Field(default=900.0, gt=0)
     vllm_python: Path = Path(".venv-vllm/bin/python")
+
+    @field_validator("llm_languages")
+    @classmethod
+    def _known_languages(cls, value: str) -> str:
+        unknown = {part.strip() for part in value.split(",") if part.strip()} - {"en", "zh"}
+        if unknown:
+            raise ValueError(f"languages are en and zh, not {', '.join(sorted(unknown))}")
+        return value
 
     @field_validator("chroma_url", "llm_base_url")
     @classmethod
@@ -77,6 +86,11 @@ class Settings(BaseSettings):
     @classmethod
     def _empty_is_none(cls, value: object) -> object:
         return None if value == "" else value
+
+    @property
+    def model_languages(self) -> frozenset[str]:
+        """The languages the LLM writes well (RAG_LLM_LANGUAGES); questions in others get quoted answers."""
+        return frozenset(part.strip().lower() for part in self.llm_languages.split(",") if part.strip())
 
     @property
     def index_dir(self) -> Path:

@@ -8,6 +8,7 @@ embedder reads English only). A sentence that ends in a colon brings the line it
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,7 +21,15 @@ from rag.types import Hit
 
 MAX_QUOTES, MAX_CHARS, KEEP_RATIO = 3, 600, 0.85
 DENSE_SHARE = {"en": 0.5, "zh": 0.1}
-MIN_CHARS, LONG_CHARS = 12, 400
+MIN_CHARS, LONG_CHARS, HEADING_WIDTH = 12, 400, 60
+# Below this best score no sentence addresses the question (calibrated on the dev sets' answerable and off-topic
+# questions; keyword-only scoring, as for Chinese, uses the "zh" floor).
+MIN_SCORE = {"en": 0.25, "zh": 0.25}
+RESTATES, HOW_BONUS = 0.5, 0.15
+# "How do I …" questions want the step itself: sentences that instruct get HOW_BONUS.
+_HOW = re.compile(r"^\s*how\b|\bhow (?:do|can|to|should)\b|如何|怎么|怎样|步骤", re.IGNORECASE)
+_ENDS_SENTENCE = re.compile(r"[.!?。！？；:：,，]$")
+_HAN = re.compile("[\u3400-\u9fff\uf900-\ufaff]")
 
 
 class Encoder(Protocol):
@@ -46,6 +55,8 @@ class _Candidate:
     n: int
     position: int
     tokens: frozenset[str]
+    prior: float  # the excerpt's retrieval score over the best excerpt's: sentences of weaker excerpts rank lower
+    heading: bool  # a short line without end punctuation: quoted only after the sentence that introduces it
 
 
 def passage_body(hit: Hit) -> str:
@@ -54,16 +65,52 @@ def passage_body(hit: Hit) -> str:
     return hit.text[len(prefix):] if hit.headings and hit.text.startswith(prefix) else hit.text
 
 
-def _candidates(hits: Sequence[Hit]) -> list[_Candidate]:
-    found = []
+def separate_headings(text: str) -> str:
+    """The text with short lines that end without punctuation (headings, PDF running titles) set apart as
+    blocks of their own, so they do not run into the sentence that follows them."""
+    lines = text.split("\n")
+    out = []
+    for line, following in zip(lines, [*lines[1:], ""], strict=True):
+        out.append(line)
+        stripped, after = line.strip(), following.lstrip()
+        if stripped and _width(stripped) < HEADING_WIDTH and not _ENDS_SENTENCE.search(stripped) \
+                and after and not after[0].islower():
+            out.append("")
+    return "\n".join(out)
+
+
+def _width(text: str) -> int:
+    """Display width: a Han character counts twice (a Chinese line holds half as many characters)."""
+    return len(text) + len(_HAN.findall(text))
+
+
+def _candidates(hits: Sequence[Hit], asked: set[str]) -> list[_Candidate]:
+    found, seen = [], set()
+    best = max(hits[0].score, 1e-6) if hits else 1.0
     for n, hit in enumerate(hits, start=1):
-        for position, sentence in enumerate(split_sentences(strip_tags(passage_body(hit)))):
-            found.append(_Candidate(sentence, n, position, frozenset(tokenize(sentence))))
+        for position, sentence in enumerate(split_sentences(separate_headings(strip_tags(passage_body(hit))))):
+            tokens = frozenset(tokenize(sentence))
+            key = " ".join(sentence.lower().split())
+            if len(sentence) < MIN_CHARS or key in seen or _restates(tokens, asked):
+                continue
+            seen.add(key)
+            heading = _width(sentence) < HEADING_WIDTH and not _ENDS_SENTENCE.search(sentence)
+            found.append(_Candidate(sentence, n, position, tokens, max(hit.score, 0) / best, heading))
     return found
 
 
-def _keyword_scores(question: str, candidates: Sequence[_Candidate]) -> list[float]:
-    asked = set(tokenize(question))
+def _restates(tokens: frozenset[str], asked: set[str]) -> bool:
+    """Whether a sentence is mostly the question's own words (a heading or cross-reference that repeats it)."""
+    return len(tokens - asked) < 2 or len(tokens & asked) >= RESTATES * len(tokens)
+
+
+def _instructs(candidate: _Candidate) -> bool:
+    """A sentence that gives a step: introduces a command (ends in a colon), holds code, or says "To X, do Y"."""
+    text = candidate.text
+    return text.rstrip().endswith((":", "：")) or "`" in text or text.startswith(("To ", "Run ", "Use "))
+
+
+def _keyword_scores(question: str, candidates: Sequence[_Candidate], asked: set[str]) -> list[float]:
     df = Counter(token for c in candidates for token in c.tokens & asked)
     weight = {token: math.log(1 + len(candidates) / (1 + df[token])) for token in asked}
     total = sum(weight.values()) or 1.0
@@ -79,13 +126,18 @@ def _dense_scores(question: str, candidates: Sequence[_Candidate], encoder: Enco
 
 def extract(question: str, hits: Sequence[Hit], language: Language, encoder: Encoder | None = None) -> list[Quote]:
     """Up to MAX_QUOTES sentences (MAX_CHARS in all) that best answer the question, in excerpt order."""
-    candidates = [c for c in _candidates(hits) if len(c.text) >= MIN_CHARS and c.tokens]
+    asked = set(tokenize(question))
+    candidates = _candidates(hits, asked)
     if not candidates:
         return []
     share = DENSE_SHARE[language] if encoder is not None else 0.0
-    keyword, dense = _keyword_scores(question, candidates), _dense_scores(question, candidates, encoder)
-    scores = [share * d + (1 - share) * k for d, k in zip(dense, keyword, strict=True)]
+    keyword, dense = _keyword_scores(question, candidates, asked), _dense_scores(question, candidates, encoder)
+    how = _HOW.search(question) is not None
+    scores = [0.0 if c.heading else c.prior * (share * d + (1 - share) * k) + HOW_BONUS * (how and _instructs(c))
+              for c, d, k in zip(candidates, dense, keyword, strict=True)]
     order = sorted(range(len(candidates)), key=lambda i: scores[i], reverse=True)
+    if scores[order[0]] < MIN_SCORE[language if encoder is not None else "zh"]:
+        return []  # nothing here addresses the question: better "not found" than an unrelated quote
     chosen: list[int] = []
     for i in order:
         if scores[i] < KEEP_RATIO * scores[order[0]] or len(chosen) >= MAX_QUOTES:

@@ -11,16 +11,20 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import combinations
 
 from rag.keyword import tokenize
-from rag.sentences import Language, language_of, strip_markers, strip_tags, words
+from rag.sentences import Language, language_of, split_sentences, strip_markers, strip_tags, words
 
 MIN_COVERAGE = {"en": 0.75, "zh": 0.75}
 LOOP_NGRAM, LOOP_REPEATS = 8, 3
+WINDOW = 3  # sentences of an excerpt that may back one claim together
+# Stems of words that carry no claim ("Sure, here is the answer to your question:").
+_FILLER = "here sure certain follow answer question excerpt document let help hope glad s"
+FILLER = frozenset(_FILLER.split())
 
-_NUMBER = re.compile(r"\d+(?:[.:/]\d+)*")
+_NUMBER = re.compile(r"\d+(?:[.:/…]\d+)*")
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}\b)")
+_RANGE = re.compile(r"(\d)\s*(?:\.{2,3}|…|–|—|\bto\b|至|到)\s*(?=\d)")
 _CODE = re.compile(r"`([^`]+)`")
 # Identifiers: options (--upgrade), paths, file names, dotted or dashed names, words with digits (python3).
 _IDENTIFIER = re.compile(r"(?<![\w-])(?:--?[A-Za-z][\w-]*|[\w./~-]*[A-Za-z][\w~-]*(?:[./_-]|\d)[\w./~-]*\w)")
@@ -41,12 +45,14 @@ class Verdict:
 
 
 def _squash(text: str) -> str:
-    return " ".join(_THOUSANDS.sub("", text).lower().split())
+    text = _RANGE.sub(r"\1…", _THOUSANDS.sub("", text))
+    return " ".join(text.lower().split())
 
 
 def numbers(text: str) -> set[str]:
-    """Every number, version, time or date part stated in the text (thousands separators removed)."""
-    return set(_NUMBER.findall(_THOUSANDS.sub("", text)))
+    """Every number, version, time or date part stated in the text; a range (61184…65519) counts as one."""
+    flat = _RANGE.sub(r"\1…", _THOUSANDS.sub("", text))
+    return set(_NUMBER.findall(flat))
 
 
 def names(text: str) -> set[str]:
@@ -59,34 +65,61 @@ def names(text: str) -> set[str]:
 
 
 @dataclass(frozen=True, slots=True)
-class _Excerpt:
+class _Passage:
+    """A few consecutive sentences of one excerpt: a claim must be backed by one such place, not by words
+    scattered over the whole excerpt."""
+
+    n: int
     tokens: frozenset[str]
     text: str  # squashed, lower-cased
 
     def holds_number(self, number: str) -> bool:
-        return re.search(rf"(?<![\d.]){re.escape(number)}(?![\d]|\.\d)", self.text) is not None
+        return re.search(rf"(?<![\d.]){re.escape(number)}(?!\d|\.\d)", self.text) is not None
+
+    def holds(self, facts: tuple[set[str], set[str]]) -> str:
+        """"" when every number and name is here, else the kind of fact missing."""
+        if not all(self.holds_number(number) for number in facts[0]):
+            return "number"
+        return "" if all(name in self.text for name in facts[1]) else "name"
+
+
+def passages(excerpts: Sequence[str], width: int = WINDOW) -> list[_Passage]:
+    """Windows of `width` consecutive sentences of each excerpt (numbered from 1)."""
+    found = []
+    for n, excerpt in enumerate(excerpts, start=1):
+        sentences = split_sentences(excerpt) or [excerpt]
+        for start in range(max(1, len(sentences) - width + 1)):
+            text = " ".join(sentences[start:start + width])
+            found.append(_Passage(n, frozenset(tokenize(text)), _squash(text)))
+    return found
 
 
 @dataclass
 class SupportChecker:
-    """Checks sentences of one answer against its numbered excerpts (1-based, in the order given)."""
+    """Checks sentences of one answer against its numbered excerpts (1-based, in the order given).
+
+    `question` makes sentences that only restate it (or say nothing) filler: neither shown nor counted."""
 
     excerpts: Sequence[str]
     language: Language
+    question: str = ""
     min_coverage: dict[str, float] = field(default_factory=lambda: dict(MIN_COVERAGE))
-    _parsed: list[_Excerpt] = field(init=False)
+    _passages: list[_Passage] = field(init=False)
+    _asked: set[str] = field(init=False)
     _seen: set[tuple[str, ...]] = field(init=False, default_factory=set)
 
     def __post_init__(self) -> None:
-        self._parsed = [_Excerpt(frozenset(tokenize(text)), _squash(text)) for text in self.excerpts]
+        self._passages = passages(self.excerpts)
+        self._asked = set(tokenize(self.question))
 
     def check(self, sentence: str) -> Verdict:
-        """Whether the excerpts support the sentence, and which ones (best first)."""
+        """Whether the excerpts support the sentence, and which excerpt (the first that does)."""
         shown = " ".join(strip_tags(strip_markers(sentence)).split())
         tokens = set(tokenize(shown))
+        informative = {token for token in tokens if not token.isdigit()} - FILLER
         facts = numbers(shown), names(shown)
-        if len(tokens) <= 1 and not facts[0] and not facts[1]:
-            return Verdict(shown, False, reason="empty")  # filler such as "Sure!" or bare markers: not a claim
+        if not informative or (not any(facts) and (len(informative) < 2 or informative <= self._asked)):
+            return Verdict(shown, False, reason="empty")  # "Sure!", bare markers, "Here is how to X:"
         key = tuple(sorted(tokens))
         if key in self._seen:
             return Verdict(shown, False, reason="repeat")
@@ -97,32 +130,15 @@ class SupportChecker:
 
     def _support(self, shown: str, tokens: set[str], facts: tuple[set[str], set[str]]) -> Verdict:
         floor = self.min_coverage["zh" if self.language == "zh" else "en"]
-        best: Verdict | None = None
-        for group in self._groups():
-            verdict = self._judge(shown, tokens, facts, group, floor)
-            if verdict.supported:
-                return verdict
-            if best is None or verdict.coverage > best.coverage:
-                best = verdict
-        return best or Verdict(shown, False, reason="coverage")
-
-    def _groups(self) -> list[tuple[int, ...]]:
-        singles = [(n,) for n in range(len(self._parsed))]
-        return singles + list(combinations(range(len(self._parsed)), 2))
-
-    def _judge(self, shown: str, tokens: set[str], facts: tuple[set[str], set[str]], group: tuple[int, ...],
-               floor: float) -> Verdict:
-        parts = [self._parsed[n] for n in group]
-        held = set().union(*(part.tokens for part in parts))
-        coverage = len(tokens & held) / len(tokens) if tokens else 1.0
-        sources = tuple(n + 1 for n in group)
-        if not all(any(part.holds_number(number) for part in parts) for number in facts[0]):
-            return Verdict(shown, False, sources, coverage, "number")
-        if not all(any(name in part.text for part in parts) for name in facts[1]):
-            return Verdict(shown, False, sources, coverage, "name")
-        if coverage < floor:
-            return Verdict(shown, False, sources, coverage, "coverage")
-        return Verdict(shown, True, sources, round(coverage, 3))
+        best = Verdict(shown, False, reason="coverage")
+        for passage in self._passages:
+            coverage = round(len(tokens & passage.tokens) / len(tokens), 3)
+            missing = passage.holds(facts)
+            if not missing and coverage >= floor:
+                return Verdict(shown, True, (passage.n,), coverage)
+            if coverage > best.coverage:
+                best = Verdict(shown, False, (passage.n,), coverage, missing or "coverage")
+        return best
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
@@ -46,7 +46,7 @@ class LLM:
         """Where the server is (for error messages)."""
         return str(self._client.base_url)
 
-    def stream(self, messages: Sequence[Message], max_tokens: int | None = None) -> Iterator[Delta]:
+    def stream(self, messages: Sequence[Message], max_tokens: int | None = None) -> Generator[Delta, None, None]:
         """Stream the reply as text deltas, then one Delta carrying the usage."""
         import openai
 

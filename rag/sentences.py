@@ -23,7 +23,8 @@ _CLOSERS = re.compile(r"[\"'”’)」』]*")
 # A blank line, or a line break before or after a list item, ends a block (never mid-sentence line wraps of PDFs).
 _LIST_ITEM = re.compile(r"[ \t]*(?:[-*•]|\d{1,2}[.)])\s")
 _BREAK = re.compile(r"\n(?:[ \t]*\n)*")
-_ABBREVIATIONS = frozenset("e.g i.e etc vs cf mr mrs ms dr prof no fig sec ch vol approx incl esp st".split())
+_ABBREVIATED = "e.g i.e etc vs cf mr mrs ms dr prof no fig sec ch vol approx incl esp st"
+_ABBREVIATIONS = frozenset(_ABBREVIATED.split())
 _HAN_CHAR = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _LATIN_WORD = re.compile(r"[A-Za-z]{2,}")
 _TAG = re.compile(r"</?[A-Za-z][^<>]{0,200}>")
@@ -61,8 +62,10 @@ def strip_tags(text: str) -> str:
 def _is_boundary(text: str, end: int, final: bool) -> int | None:
     """Where the next sentence starts if the punctuation ending at `end` closes a sentence, else None."""
     stop = text[end - 1]
-    cursor = _CLOSERS.match(text, end).end()  # type: ignore[union-attr]
-    cursor = _MARKERS_AFTER.match(text, cursor).end() if _MARKERS_AFTER.match(text, cursor) else cursor
+    closers = _CLOSERS.match(text, end)
+    cursor = closers.end() if closers else end
+    markers = _MARKERS_AFTER.match(text, cursor)
+    cursor = markers.end() if markers else cursor
     rest = text[cursor:].lstrip()
     if not rest:
         return cursor if final else None  # undecided until more text arrives (a marker may follow)

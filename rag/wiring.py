@@ -141,7 +141,8 @@ def build_engine(settings: Settings, embedder: Embedder | None = None, store: Ch
     embedder = embedder or build_embedder(settings)
     retriever = build_retriever(settings, embedder, store)
     return QueryEngine(retriever, llm or build_llm(settings), settings.top_k, settings.refusal_threshold,
-                       settings.refusal_threshold_cjk, settings.answer_mode, embedder, settings.max_answer_tokens)
+                       settings.refusal_threshold_cjk, settings.answer_mode, embedder, settings.max_answer_tokens,
+                       settings.model_languages)
 
 
 def build_feedback_store(settings: Settings) -> FeedbackStore:

@@ -94,12 +94,23 @@ def _stream(events: Iterator[object], write: Callable[[str], object]) -> Answer:
     raise AssertionError("a stream always ends with Done")
 
 
+_FALLBACKS = {"ungrounded": "the model's answer was not supported by the documents",
+              "language": "the model answered in another language", "loop": "the model repeated itself",
+              "refusal": "the model found no answer, but the documents hold one",
+              "model_language": "the model does not write the question's language (RAG_LLM_LANGUAGES)",
+              "other_language": "the documents are in another language", "setting": "RAG_ANSWER_MODE=extract"}
+
+
 def _print_sources(answer: Answer) -> None:
     console = Console(highlight=False)
     if not answer.answerable:
         console.print("[yellow]Not in the documents.[/yellow] Try rephrasing, or ask the helpdesk.")
-    elif not answer.cited:
-        console.print("[yellow]Warning: this answer cites no source; check it against the documents.[/yellow]")
+    elif answer.mode == "extracted":
+        why = _FALLBACKS.get(answer.fallback, answer.fallback)
+        console.print(f"[yellow]Quoted from the documents[/yellow] ({why}).")
+    elif answer.withheld:
+        console.print(f"[yellow]{len(answer.withheld)} sentence(s) of the model's answer were withheld: the "
+                      "documents do not support them.[/yellow]")
     for source in answer.sources:
         hit = source.hit
         where = hit.source + (f", page {hit.page}" if hit.page is not None else "")

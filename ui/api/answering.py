@@ -68,8 +68,14 @@ def ask_body(answer: Answer, escalate_below: float) -> dict[str, object]:
     body["sources"] = [source.as_json() | {"headings": source.hit.headings, "snippet": source.hit.text[:SNIPPET_CHARS]}
                        for source in answer.sources]
     body["confidence"] = answer.confidence
-    body["escalate"] = not answer.answerable or not answer.cited or answer.confidence < escalate_below
+    body["escalate"] = needs_human(answer, escalate_below)
     return body
+
+
+def needs_human(answer: Answer, escalate_below: float) -> bool:
+    """Hand over to a human: no answer, quoted instead of answered, sentences withheld, or low confidence."""
+    return (not answer.answerable or not answer.cited or answer.mode != "generated" or bool(answer.withheld)
+            or answer.loop or answer.confidence < escalate_below)
 
 
 def history_messages(turns: Sequence[tuple[str, str]]) -> list[Message]:

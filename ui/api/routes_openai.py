@@ -60,9 +60,14 @@ def _completion(answer: Answer, model: str, escalate_below: float) -> dict[str, 
         "choices": [{"index": 0, "message": {"role": "assistant", "content": answer.text}, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
                   "total_tokens": usage.prompt_tokens + usage.completion_tokens},
-        "sources": extra["sources"], "answerable": answer.answerable, "confidence": extra["confidence"],
-        "escalate": extra["escalate"],
+        **_extras(extra),
     }
+
+
+def _extras(body: dict[str, Any]) -> dict[str, Any]:
+    """The knowledge base's fields beside OpenAI's: sources, checks, escalation."""
+    keys = ("sources", "answerable", "mode", "fallback", "grounded", "sentences", "confidence", "escalate")
+    return {key: body[key] for key in keys}
 
 
 async def _chunks(events: AsyncIterator[Event], model: str, include_usage: bool,
@@ -90,8 +95,7 @@ async def _chunks(events: AsyncIterator[Event], model: str, include_usage: bool,
 
 def _final(head: dict[str, Any], answer: Answer, escalate_below: float) -> dict[str, Any]:
     extra = ask_body(answer, escalate_below)
-    return head | {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "sources": extra["sources"],
-                   "answerable": answer.answerable, "confidence": extra["confidence"], "escalate": extra["escalate"]}
+    return head | {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], **_extras(extra)}
 
 
 def _data(payload: dict[str, Any]) -> str:

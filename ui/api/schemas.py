@@ -43,24 +43,51 @@ class SourceOut(BaseModel):
     snippet: str = ""
 
 
+class SentenceOut(BaseModel):
+    """A sentence of the answer as shown, with the excerpts ([n]) that support it."""
+
+    text: str
+    supported: bool
+    sources: list[int]
+
+
+class WithheldOut(BaseModel):
+    """A sentence of the model's draft that was not shown (its text never leaves the server)."""
+
+    reason: Literal["coverage", "number", "name", "language", "repeat"] | str
+
+
 class AskResponse(BaseModel):
     """The answer a helpdesk tool can act on."""
 
     model_config = ConfigDict(json_schema_extra={"examples": [{
         "answer": "Run `python3 -m venv tutorial-env` [1].", "answerable": True, "cited": True,
-        "confidence": 0.93, "escalate": False,
+        "mode": "generated", "fallback": None, "grounded": 1.0, "loop": False,
+        "sentences": [{"text": "Run `python3 -m venv tutorial-env`.", "supported": True, "sources": [1]}],
+        "withheld": [], "confidence": 0.93, "escalate": False,
         "sources": [{"n": 1, "source": "en/python-tutorial-venv.html", "page": None, "score": 0.71,
                      "chunk_id": "3f2a…", "cited": True, "headings": "12.2. Creating Virtual Environments",
                      "snippet": "To create a virtual environment…"}],
-        "timings": {"retrieve_ms": 12.5, "first_token_ms": 180.2, "total_ms": 950.0},
+        "timings": {"retrieve_ms": 12.5, "first_token_ms": 480.2, "draft_first_token_ms": 180.2, "total_ms": 950.0},
         "usage": {"prompt_tokens": 812, "completion_tokens": 40},
     }]})
 
-    answer: str
+    answer: str = Field(description="Only sentences the excerpts support, each cited as [n].")
     answerable: bool
     cited: bool
-    confidence: float = Field(ge=0, le=1, description="From retrieval scores: 0.5 at the refusal threshold.")
-    escalate: bool = Field(description="Hand over to a human: not answerable, uncited, or low confidence.")
+    mode: Literal["generated", "extracted", "refused"] = Field(
+        description="generated: the model's checked sentences; extracted: sentences quoted from the excerpts; "
+                    "refused: not in the documents.")
+    fallback: str | None = Field(description="Why the answer is not generated: ungrounded, language, loop, refusal, "
+                                             "model_language, other_language, setting, withheld.")
+    grounded: float = Field(ge=0, le=1, description="Share of the model's sentences that the excerpts support.")
+    loop: bool = Field(description="Generation was stopped because the model repeated itself.")
+    sentences: list[SentenceOut]
+    withheld: list[WithheldOut]
+    confidence: float = Field(ge=0, le=1, description="Retrieval confidence (0.5 at the refusal threshold) times "
+                                                      "grounding (0.8 for quoted answers); 0 for refusals.")
+    escalate: bool = Field(description="Hand over to a human: not answered by the model from the documents, "
+                                       "sentences withheld, uncited, or low confidence.")
     sources: list[SourceOut]
     timings: dict[str, float | None]
     usage: dict[str, int]

@@ -78,8 +78,12 @@ def not_found_block(language: Language) -> str:
 
 def answer_markdown(answer: Answer, language: Language) -> str:
     """The finished message: answer, a warning when nothing is cited, the sources, and the metrics line."""
-    if not answer.answerable:
-        parts = [not_found_block(language)]
+    if answer.mode == "refused":
+        parts = [f"> ⚠️ {answer.text}" if answer.fallback == "withheld" else not_found_block(language)]
+    elif answer.mode == "extracted":
+        parts = [quoted_markdown(answer)]
+        lines = "\n".join(source_line(source, language) for source in answer.sources)
+        parts.append(f"**{text(language, 'sources')}**\n{lines}")
     else:
         parts = [answer.text]
         if not answer.cited:
@@ -89,6 +93,14 @@ def answer_markdown(answer: Answer, language: Language) -> str:
     if answer.timings.first_token_ms is not None:
         parts.append(metrics_line(answer, language))
     return "\n\n".join(parts)
+
+
+def quoted_markdown(answer: Answer) -> str:
+    """A quoted answer: its label, then each sentence as a block quote with its [n]."""
+    label = answer.text.split("\n", 1)[0]
+    quotes = "\n>\n".join(f"> {sentence.text} {''.join(source_name(n) for n in sentence.sources)}"
+                           for sentence in answer.shown_sentences)
+    return f"📄 *{label}*\n\n{quotes}"
 
 
 def source_panels(answer: Answer, files: dict[str, Path]) -> list[SourcePanel]:
