@@ -24,8 +24,8 @@ from rag.retrieve import Retriever
 from rag.sentences import Language, SentenceBuffer, language_of, question_language
 from rag.types import Hit
 
-__all__ = ["Answer", "AnswerMode", "Done", "Event", "QueryEngine", "Retrieved", "Sentence", "Source", "Token",
-           "confidence", "relevant"]
+__all__ = ["Answer", "AnswerMode", "Done", "Event", "QueryEngine", "Retrieved", "Sentence", "Source", "Timings",
+           "Token", "confidence", "relevant"]
 
 AnswerMode = Literal["auto", "generate", "extract"]
 CONDENSE_MAX_TOKENS = 96

@@ -11,8 +11,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from rag.answer_types import Answer
 from rag.errors import ConfigError
+from rag.grounding import SupportChecker
 from rag.keyword import has_cjk
+from rag.sentences import language_of, question_language
 from rag.types import Hit
 
 RANKS = (1, 3, 10)
@@ -139,3 +142,100 @@ def percentiles(values: Sequence[float]) -> dict[str, float]:
 
 def _ratio(part: int, whole: int) -> float:
     return round(part / whole, 4) if whole else 0.0
+
+
+@dataclass
+class AnswerTally:
+    """Counts behind the answer metrics of one language."""
+
+    questions: int = 0
+    answerable: int = 0
+    shown: int = 0  # sentences shown
+    shown_supported: int = 0  # of them, supported by an independent re-check against the listed sources
+    drafted: int = 0  # sentences the model wrote
+    drafted_supported: int = 0
+    gold_cited: int = 0
+    gold_retrieved: int = 0  # answerable questions whose expected passage was among the sources
+    language_ok: int = 0
+    answered: int = 0
+    extracted: int = 0
+    loops: int = 0
+    refused_offtopic: int = 0
+    refused_answerable: int = 0
+    offtopic: int = 0
+
+    def metrics(self) -> dict[str, float | int | None]:
+        """The ratios `rag eval --answers` prints."""
+        refused = self.refused_offtopic + self.refused_answerable
+        return {
+            "questions": self.questions, "shown_sentences": self.shown,
+            "shown_supported": _share(self.shown_supported, self.shown),
+            "draft_grounded": _share(self.drafted_supported, self.drafted),
+            "gold_cited": _share(self.gold_cited, self.answerable),
+            "gold_cited_when_retrieved": _share(self.gold_cited, self.gold_retrieved),
+            "language_match": _share(self.language_ok, self.questions),
+            "answered": _share(self.answered, self.answerable),
+            "fallback_rate": _share(self.extracted, self.answered + self.refused_offtopic or 0),
+            "loops": self.loops,
+            "refusal_precision": _share(self.refused_offtopic, refused),
+            "refusal_recall": _share(self.refused_offtopic, self.offtopic),
+        }
+
+
+def _share(part: int, whole: int) -> float | None:
+    return round(part / whole, 4) if whole else None
+
+
+def tally_answer(tally: AnswerTally, case: Case, answer: Answer, recheck: Callable[[Answer], int]) -> None:
+    """Add one answer to its language's tally; `recheck` counts the shown sentences the support check accepts."""
+    tally.questions += 1
+    shown = answer.shown_sentences
+    tally.shown += len(shown)
+    tally.shown_supported += recheck(answer)
+    model_sentences = [s for s in answer.sentences if s.reason or (s.shown and answer.mode == "generated")]
+    tally.drafted += len(model_sentences)
+    tally.drafted_supported += sum(s.supported for s in model_sentences)
+    tally.language_ok += language_matches(case.question, answer)
+    tally.loops += answer.loop
+    tally.extracted += answer.mode == "extracted"
+    if not case.answerable:
+        tally.offtopic += 1
+        tally.refused_offtopic += answer.mode == "refused"
+        return
+    tally.answerable += 1
+    tally.answered += answer.mode != "refused"
+    tally.refused_answerable += answer.mode == "refused"
+    tally.gold_retrieved += any(case.matches(source.hit) for source in answer.sources)
+    tally.gold_cited += any(source.cited and case.matches(source.hit) for source in answer.sources)
+
+
+def language_matches(question: str, answer: Answer) -> bool:
+    """Whether the answer speaks the question's language: its own words (refusal, label, generated sentences)
+    must; quotes of documents in another language are allowed only when marked as such."""
+    wanted = question_language(question)
+    own = answer.text.split("\n", 1)[0] if answer.mode == "extracted" else answer.text
+    if language_of(own) not in (None, wanted):
+        return False
+    if answer.mode == "extracted" and answer.fallback != "other_language":
+        return all(language_of(s.text) in (None, wanted) for s in answer.shown_sentences)
+    return True
+
+
+def recheck(answer: Answer) -> int:
+    """How many shown sentences a fresh support check accepts against the texts of the listed sources."""
+    texts = [source.hit.text for source in answer.sources]
+    supported = 0
+    for sentence in answer.shown_sentences:
+        checker = SupportChecker(texts, language_of(sentence.text) or "en")
+        supported += checker.check(sentence.text).supported
+    return supported
+
+
+def evaluate_answers(cases: Sequence[Case], ask: Callable[[str], Answer],
+                     recheck: Callable[[Answer], int] = recheck) -> dict[str, dict[str, float | int | None]]:
+    """Ask every question and report the answer metrics per language ("en", "zh")."""
+    tallies: dict[str, AnswerTally] = {}
+    for case in cases:
+        tally = tallies.setdefault(question_language(case.question), AnswerTally())
+        tally_answer(tally, case, ask(case.question), recheck)
+    return {language: tally.metrics() for language, tally in sorted(tallies.items())}

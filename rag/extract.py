@@ -25,7 +25,8 @@ MIN_CHARS, LONG_CHARS, HEADING_WIDTH = 12, 400, 60
 # Below this best score no sentence addresses the question (calibrated on the dev sets' answerable and off-topic
 # questions; keyword-only scoring, as for Chinese, uses the "zh" floor).
 MIN_SCORE = {"en": 0.25, "zh": 0.25}
-RESTATES, HOW_BONUS = 0.5, 0.15
+HOW_BONUS = 0.15
+
 # "How do I …" questions want the step itself: sentences that instruct get HOW_BONUS.
 _HOW = re.compile(r"^\s*how\b|\bhow (?:do|can|to|should)\b|如何|怎么|怎样|步骤", re.IGNORECASE)
 _ENDS_SENTENCE = re.compile(r"[.!?。！？；:：,，]$")
@@ -84,14 +85,14 @@ def _width(text: str) -> int:
     return len(text) + len(_HAN.findall(text))
 
 
-def _candidates(hits: Sequence[Hit], asked: set[str]) -> list[_Candidate]:
+def _candidates(hits: Sequence[Hit], asked: set[str], question: str) -> list[_Candidate]:
     found, seen = [], set()
     best = max(hits[0].score, 1e-6) if hits else 1.0
     for n, hit in enumerate(hits, start=1):
         for position, sentence in enumerate(split_sentences(separate_headings(strip_tags(passage_body(hit))))):
             tokens = frozenset(tokenize(sentence))
             key = " ".join(sentence.lower().split())
-            if len(sentence) < MIN_CHARS or key in seen or _restates(tokens, asked):
+            if len(sentence) < MIN_CHARS or key in seen or _restates(sentence, tokens, asked, question):
                 continue
             seen.add(key)
             heading = _width(sentence) < HEADING_WIDTH and not _ENDS_SENTENCE.search(sentence)
@@ -99,9 +100,13 @@ def _candidates(hits: Sequence[Hit], asked: set[str]) -> list[_Candidate]:
     return found
 
 
-def _restates(tokens: frozenset[str], asked: set[str]) -> bool:
-    """Whether a sentence is mostly the question's own words (a heading or cross-reference that repeats it)."""
-    return len(tokens - asked) < 2 or len(tokens & asked) >= RESTATES * len(tokens)
+def _restates(sentence: str, tokens: frozenset[str], asked: set[str], question: str) -> bool:
+    """Whether a sentence adds nothing to the question, or quotes it (a heading or cross-reference)."""
+    return len(tokens - asked) < 2 or (len(question) >= MIN_CHARS // 2 and question in _letters(sentence))
+
+
+def _letters(text: str) -> str:
+    return "".join(ch for ch in text.lower() if ch.isalnum())
 
 
 def _instructs(candidate: _Candidate) -> bool:
@@ -127,7 +132,7 @@ def _dense_scores(question: str, candidates: Sequence[_Candidate], encoder: Enco
 def extract(question: str, hits: Sequence[Hit], language: Language, encoder: Encoder | None = None) -> list[Quote]:
     """Up to MAX_QUOTES sentences (MAX_CHARS in all) that best answer the question, in excerpt order."""
     asked = set(tokenize(question))
-    candidates = _candidates(hits, asked)
+    candidates = _candidates(hits, asked, _letters(question))
     if not candidates:
         return []
     share = DENSE_SHARE[language] if encoder is not None else 0.0

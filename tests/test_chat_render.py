@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rag.answer import Answer, Source, Timings
+from rag.answer import Answer, Sentence, Source, Timings
 from rag.llm import Usage
 from rag.types import Hit
 from ui.chat.render import answer_markdown, metrics_line, snippet, source_panels, welcome_markdown
@@ -19,7 +19,8 @@ MD_HIT = Hit("c2", "VPN > Linux\nImport the WireGuard profile.", "it/vpn.md", 0.
 def _answer(text: str = "Run the installer [1].", answerable: bool = True, cited: bool = True,
             first_token_ms: float | None = 250.0) -> Answer:
     sources = [Source(1, PDF_HIT, True), Source(2, MD_HIT, False)]
-    return Answer(text, answerable, cited, sources, Timings(12.0, first_token_ms, 2250.0), Usage(410, 40))
+    return Answer(text, answerable, cited, sources, Timings(12.0, first_token_ms, 2250.0), Usage(410, 40),
+                  mode="generated" if answerable else "refused")
 
 
 def test_answer_lists_sources_with_file_page_heading_and_snippet() -> None:
@@ -41,6 +42,22 @@ def test_refusal_is_a_distinct_block_without_sources() -> None:
     text = answer_markdown(_answer("Not in the documents.", answerable=False, first_token_ms=None), "en")
     assert text == ("> 🔍 **Not in the documents**\n>\n> I couldn't find this in the indexed documents, so I "
                     "won't guess. Try rephrasing with the words your documents use, or contact the helpdesk.")
+
+
+def test_quoted_answer_is_shown_as_quotes_and_a_withheld_draft_never() -> None:
+    quoted = Answer("From the documents (quoted):\n“Run the installer from the USB stick.” [1]", True, True,
+                    [Source(1, PDF_HIT, True)], Timings(12.0, 300.0, 900.0), mode="extracted", grounded=0.0,
+                    sentences=[Sentence("The installer needs 4 GB.", False, (1,), False, "number"),
+                               Sentence("Run the installer from the USB stick.", True, (1,), True)],
+                    fallback="ungrounded")
+    text = answer_markdown(quoted, "en")
+    assert text.startswith("📄 *From the documents (quoted):*\n\n> Run the installer from the USB stick. [1]\n\n"
+                           "**Sources**\n- [1] `setup.pdf`, p. 3")
+    assert "4 GB" not in text
+    withheld = Answer("I could not write an answer that the documents support; please read the sources below.",
+                      False, False, [Source(1, PDF_HIT, False)], Timings(12.0, 300.0, 900.0), mode="refused",
+                      fallback="withheld")
+    assert answer_markdown(withheld, "en").startswith("> ⚠️ I could not write an answer that the documents support")
 
 
 def test_chinese_texts() -> None:

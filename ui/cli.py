@@ -18,7 +18,7 @@ from rich.table import Table
 from rag.answer import Answer, Done, QueryEngine, Token
 from rag.config import Settings, load_settings
 from rag.errors import EmptyIndex, LLMUnavailable, RagError
-from rag.evaluate import Case, evaluate, load_cases
+from rag.evaluate import Case, evaluate, evaluate_answers, load_cases
 from rag.llm_server import is_healthy, start_llm_server, wait_until_healthy
 from rag.types import Hit
 from rag.wiring import build_engine, build_feedback_store, build_retriever, prefer_passive_threads
@@ -146,19 +146,8 @@ def eval_command(cases_file: Path, k: int, mode: str | None, answers: bool, as_j
         Console().print(_eval_table(body, k))
 
 
-def _answer_checks(cases: list[Case], engine: QueryEngine) -> dict[str, float | None]:
-    answered = cited_right = refused = 0
-    for case in cases:
-        answer = engine.ask(case.question)
-        if case.answerable and answer.answerable:
-            answered += 1
-            cited_right += any(source.cited and case.matches(source.hit) for source in answer.sources)
-        refused += not case.answerable and not answer.answerable
-    good = sum(case.answerable for case in cases)
-    bad = len(cases) - good
-    return {"answered": round(answered / good, 4) if good else None,
-            "cited_expected": round(cited_right / good, 4) if good else None,
-            "refused_offtopic": round(refused / bad, 4) if bad else None}
+def _answer_checks(cases: list[Case], engine: QueryEngine) -> dict[str, dict[str, float | int | None]]:
+    return evaluate_answers(cases, lambda question: engine.ask(question))
 
 
 def _eval_table(body: dict[str, Any], k: int) -> Table:
@@ -170,7 +159,8 @@ def _eval_table(body: dict[str, Any], k: int) -> Table:
             ("refusal recall", body["refusal_recall"]), ("answerable kept", body["answerable_kept"]),
             ("suggested threshold", body["suggested_threshold"]),
             *((f"latency {p} (ms)", v) for p, v in body["latency_ms"].items()),
-            *((f"answers: {name}", v) for name, v in body.get("answers", {}).items())]
+            *((f"answers ({lang}): {name}", v) for lang, metrics in body.get("answers", {}).items()
+              for name, v in metrics.items())]
     for name, value in rows:
         table.add_row(name, "–" if value is None else str(value))
     return table
