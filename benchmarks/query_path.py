@@ -1,7 +1,7 @@
 """Query-path benchmarks against the real vLLM server, in one run:
 
-1. overhead: the model's first-token time through `QueryEngine` minus that of a direct streaming call to vLLM with the same
-   final messages (median over the questions; goal ≤ 25 ms);
+1. overhead: the model's first-token time through `QueryEngine` minus that of a direct streaming call to vLLM with
+   the same final messages (median over the questions; goal ≤ 25 ms);
 2. prefix caching: vLLM's /metrics prefix-cache hits per query over 20 different questions after one warm-up,
    against the full KV blocks that the byte-stable template (chat header + system prompt) fills (goal ≥ 90 %).
 
