@@ -247,8 +247,8 @@ class QueryEngine:
 def _with_markers(text: str, sources: Sequence[int]) -> str:
     """The sentence with its [n] markers before its final punctuation."""
     markers = "".join(f"[{n}]" for n in sources)
-    body, end = (text[:-1], text[-1]) if text[-1:] and text[-1] in ".!?。！？；" else (text, "")
-    space = "" if end in ("。", "！", "？", "；") or language_of(body) == "zh" else " "
+    body, end = (text[:-1], text[-1]) if text[-1:] and text[-1] in ".!?。！？" else (text, "")
+    space = "" if end in ("。", "！", "？") or language_of(body) == "zh" else " "
     return f"{body.rstrip()}{space}{markers}{end}"
 
 

@@ -175,7 +175,7 @@ class AnswerTally:
             "gold_cited_when_retrieved": _share(self.gold_cited, self.gold_retrieved),
             "language_match": _share(self.language_ok, self.questions),
             "answered": _share(self.answered, self.answerable),
-            "fallback_rate": _share(self.extracted, self.answered + self.refused_offtopic or 0),
+            "fallback_rate": _share(self.extracted, self.questions - self.refused_offtopic - self.refused_answerable),
             "loops": self.loops,
             "refusal_precision": _share(self.refused_offtopic, refused),
             "refusal_recall": _share(self.refused_offtopic, self.offtopic),

@@ -55,7 +55,7 @@ class LLM:
             with self._client.chat.completions.create(
                 model=self.model, messages=cast("list[ChatCompletionMessageParam]", list(messages)),
                 max_tokens=max_tokens or self.max_tokens, temperature=self.temperature, stream=True,
-                stream_options={"include_usage": True}, extra_body=self._sampling_extras(),
+                extra_body=self._extras(),
             ) as chunks:
                 for chunk in chunks:
                     if chunk.choices and chunk.choices[0].delta.content:
@@ -69,9 +69,13 @@ class LLM:
         except openai.APIStatusError as exc:
             raise RagError(f"the LLM server at {self.base_url} answered {exc.status_code}: {exc.message}") from exc
 
-    def _sampling_extras(self) -> dict[str, float] | None:
-        # repetition_penalty is vLLM's extension of the OpenAI API; sent only when set, so other servers still work.
-        return {"repetition_penalty": self.repetition_penalty} if self.repetition_penalty != 1.0 else None
+    def _extras(self) -> dict[str, object]:
+        # Usage on every chunk (vLLM's continuous_usage_stats; others ignore it), so that an answer stopped early
+        # still has its token counts. repetition_penalty is vLLM's extension; sent only when set.
+        extras: dict[str, object] = {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+        if self.repetition_penalty != 1.0:
+            extras["repetition_penalty"] = self.repetition_penalty
+        return extras
 
     def complete(self, messages: Sequence[Message], max_tokens: int | None = None) -> str:
         """The whole reply as one string (used for short internal calls like question condensing)."""

@@ -18,7 +18,7 @@ Language = Literal["en", "zh"]
 MARKER = re.compile(r"\s*\[(\d{1,3})\]")
 _MARKERS_AFTER = re.compile(r"(?:\s*\[\d{1,3}\])+")
 # A sentence ends at Chinese end punctuation, or at . ! ? followed by space; the caller checks what follows.
-_END = re.compile(r"[。！？；]|[.!?](?=[\"'”’)]*(?:\s|$|\[\d))")
+_END = re.compile(r"[。！？]|[.!?](?=[\"'”’)]*(?:\s|$|\[\d))")
 _CLOSERS = re.compile(r"[\"'”’)」』]*")
 # A blank line, or a line break before or after a list item, ends a block (never mid-sentence line wraps of PDFs).
 _LIST_ITEM = re.compile(r"[ \t]*(?:[-*•]|\d{1,2}[.)])\s")
@@ -32,11 +32,11 @@ _TAG = re.compile(r"</?[A-Za-z][^<>]{0,200}>")
 
 def language_of(text: str) -> Language | None:
     """"zh" or "en" by the share of Han characters among Han characters and Latin words; None when the text has
-    neither (a number, a command), so it fits a question in any language."""
+    no Han and fewer than four words (a number, a command), so it fits a question in any language."""
     han = len(_HAN_CHAR.findall(text))
     words = len(_LATIN_WORD.findall(_strip_code(text)))
-    if han == 0 and words < 3:
-        return None
+    if han == 0 and words < 4:
+        return None  # a command or a name (apt-get source foo) is no language
     return "zh" if han >= 0.3 * (han + words) else "en"
 
 
@@ -69,7 +69,7 @@ def _is_boundary(text: str, end: int, final: bool) -> int | None:
     rest = text[cursor:].lstrip()
     if not rest:
         return cursor if final else None  # undecided until more text arrives (a marker may follow)
-    if stop in "。！？；":
+    if stop in "。！？":
         return cursor
     word = re.search(r"([A-Za-z.]+)\.$", text[:end])
     if stop == "." and word and word.group(1).lower().rstrip(".") in _ABBREVIATIONS:

@@ -12,6 +12,7 @@ import pytest
 from ingest import service
 from rag.answer import QueryEngine
 from rag.config import Settings
+from rag.evaluate import language_matches, recheck
 from rag.wiring import build_engine, build_llm
 from tests.conftest import SAMPLES, CountingEmbedder
 
@@ -37,7 +38,8 @@ def test_answerable_question_cites_the_right_source(engine: QueryEngine) -> None
     assert answer.answerable
     assert answer.text.strip()
     assert answer.sources[0].hit.source == "en/python-tutorial-venv.html"
-    assert answer.usage.completion_tokens > 0 and answer.timings.first_token_ms is not None
+    assert answer.usage.completion_tokens > 0 and answer.timings.draft_first_token_ms is not None
+    assert answer.timings.first_token_ms is not None and answer.mode in ("generated", "extracted")
 
 
 def test_off_topic_question_is_refused_without_the_llm(engine: QueryEngine) -> None:
@@ -81,3 +83,40 @@ def test_server_applies_the_chat_template_and_streams(llm_settings: Settings) ->
     deltas = list(llm.stream([{"role": "user", "content": "Say hello."}], max_tokens=8))
     assert any(d.text for d in deltas)
     assert deltas[-1].usage is not None and deltas[-1].usage.completion_tokens > 0
+
+
+# data/QUESTIONS.md: question → the sample file that answers it (None: off-topic, must be refused).
+QUESTIONS_MD = [
+    ("Where does the name \"Debian\" come from, and when was the project founded?", "en/debian-history.pdf"),
+    ("What is the difference between VACUUM and VACUUM FULL in PostgreSQL?", "en/postgresql-routine-vacuuming.html"),
+    ("Which UID range does systemd use for dynamic users (DynamicUser=)?", "en/systemd-uids-gids.md"),
+    ("How much memory and disk space does a normal Debian 12 installation need?", "en/install-guide-ch1-2.pdf"),
+    ("How do I create a Python virtual environment?", "en/python-tutorial-venv.html"),
+    ("什么是虚拟软件包？", "zh/debian-faq-pkg-basics.html"),
+    ("Debian 可以自动升级系统吗？用什么工具？", "zh/debian-faq-uptodate.md"),
+    ("安装 Debian 至少需要多少内存和硬盘空间？", "zh/install-guide-ch1-2.pdf"),
+    ("制作 Debian 软件包时，开发环境中最重要的软件包是哪个？", "zh/maint-guide-ch1-2.pdf"),
+    ("I18N 和 L10N 分别是什么意思？", "zh/debian-reference-i18n.html"),
+    ("What is the capital of Australia?", None),
+    ("如何在 Windows 上安装 Microsoft Office？", None),
+]
+
+
+def test_questions_of_questions_md(engine: QueryEngine) -> None:
+    """Every shown sentence passes the check again, in the question's language; the right file is cited;
+    off-topic questions are refused; the demo question's answer holds the command."""
+    answers = {question: engine.ask(question) for question, _ in QUESTIONS_MD}
+    for question, expected in QUESTIONS_MD:
+        answer = answers[question]
+        assert recheck(answer) == len(answer.shown_sentences), (question, answer.text)
+        assert language_matches(question, answer), (question, answer.text)
+        assert not answer.loop or answer.mode != "generated" or len(set(answer.shown_sentences)) == len(
+            answer.shown_sentences)
+        if expected is None:
+            assert answer.mode == "refused", (question, answer.text)
+        else:
+            assert answer.mode != "refused", question
+    cited = [any(s.cited and s.hit.source == expected for s in answers[q].sources) for q, expected in QUESTIONS_MD
+             if expected]
+    assert sum(cited) >= 8, cited  # measured 2026-11-30: see README
+    assert "python3 -m venv" in answers["How do I create a Python virtual environment?"].text
