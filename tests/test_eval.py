@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
