@@ -23,8 +23,8 @@ MIXED = ("Founded by Ian Murdock on August 16th, 1993 [1]. The name joins Ian an
 def test_sentences_split_on_english_and_chinese_punctuation_lists_and_keep_markers() -> None:
     assert split_sentences(MIXED) == [
         "Founded by Ian Murdock on August 16th, 1993 [1].", "The name joins Ian and Debra, e.g. his wife.[2]",
-        "Run python3 -m venv env.", "- step one", "- step two", "虚拟软件包是通用名称。", "可以使用 cron-apt；它默认只更新。",
-        "J. Smith said so! then wrapped line."]
+        "Run python3 -m venv env.", "- step one", "- step two", "虚拟软件包是通用名称。",
+        "可以使用 cron-apt；它默认只更新。", "J. Smith said so! then wrapped line."]
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 7])
