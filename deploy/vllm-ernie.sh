@@ -6,6 +6,7 @@
 #
 # The app then needs only:
 #   RAG_LLM_BASE_URL=http://<gpu-host>:8000/v1  RAG_LLM_MODEL=ernie-4.5-0.3b  RAG_LLM_API_KEY=<VLLM_API_KEY or EMPTY>
+#   RAG_LLM_LANGUAGES=en,zh
 set -euo pipefail
 
 args=(
