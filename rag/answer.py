@@ -240,7 +240,7 @@ class QueryEngine:
         timings = Timings(run.retrieve_ms, run.shown_first_ms, _ms(run.started), run.draft_first_ms)
         sure = {"generated": run.sure * grounded, "extracted": run.sure * EXTRACTED_CONFIDENCE}.get(outcome, 0.0)
         return Answer(text, outcome != "refused", bool(cited), sources, timings, run.usage, run.standalone,
-                      round(sure, 3), outcome, grounded, sentences, why if outcome != "generated" or why else "",
+                      round(sure, 3), outcome, grounded, sentences, "" if outcome == "generated" else why,
                       loop=why == "loop")
 
 

@@ -27,6 +27,7 @@ MIN_CHARS, LONG_CHARS, HEADING_WIDTH = 12, 400, 60
 # Chinese, uses the "zh" floor); off-topic questions are mostly refused by retrieval before this.
 MIN_SCORE = {"en": 0.3, "zh": 0.2}
 HOW_BONUS = 0.15
+HEADING_PULL = 0.5  # sentences under a heading that asks the question rank up to 1.5 times higher
 
 # "How do I …" questions want the step itself: sentences that instruct get HOW_BONUS.
 _HOW = re.compile(r"^\s*how\b|\bhow (?:do|can|to|should)\b|如何|怎么|怎样|步骤", re.IGNORECASE)
@@ -57,7 +58,7 @@ class _Candidate:
     n: int
     position: int
     tokens: frozenset[str]
-    prior: float  # the excerpt's retrieval score over the best excerpt's: sentences of weaker excerpts rank lower
+    prior: float  # the excerpt's score over the best one's, raised when its headings match the question
     heading: bool  # a short line without end punctuation: quoted only after the sentence that introduces it
 
 
@@ -90,6 +91,7 @@ def _candidates(hits: Sequence[Hit], asked: set[str], question: str) -> list[_Ca
     found, seen = [], set()
     best = max(hits[0].score, 1e-6) if hits else 1.0
     for n, hit in enumerate(hits, start=1):
+        prior = max(hit.score, 0) / best * (1 + HEADING_PULL * _heading_match(hit, asked))
         for position, sentence in enumerate(split_sentences(separate_headings(strip_tags(passage_body(hit))))):
             tokens = frozenset(tokenize(sentence))
             key = " ".join(sentence.lower().split())
@@ -97,8 +99,13 @@ def _candidates(hits: Sequence[Hit], asked: set[str], question: str) -> list[_Ca
                 continue
             seen.add(key)
             heading = _width(sentence) < HEADING_WIDTH and not _ENDS_SENTENCE.search(sentence)
-            found.append(_Candidate(sentence, n, position, tokens, max(hit.score, 0) / best, heading))
+            found.append(_Candidate(sentence, n, position, tokens, prior, heading))
     return found
+
+
+def _heading_match(hit: Hit, asked: set[str]) -> float:
+    """The share of the question's words in the excerpt's section headings (an FAQ entry titled by the question)."""
+    return len(asked & set(tokenize(hit.headings))) / len(asked) if asked and hit.headings else 0.0
 
 
 def _restates(sentence: str, tokens: frozenset[str], asked: set[str], question: str) -> bool:

@@ -26,15 +26,17 @@ _BREAK = re.compile(r"\n(?:[ \t]*\n)*")
 _ABBREVIATED = "e.g i.e etc vs cf mr mrs ms dr prof no fig sec ch vol approx incl esp st"
 _ABBREVIATIONS = frozenset(_ABBREVIATED.split())
 _HAN_CHAR = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
-_LATIN_WORD = re.compile(r"[A-Za-z]{2,}")
+# Latin tokens; only plain words count towards English (apt-get, sources.list or python3 are names, not prose).
+_LATIN_TOKEN = re.compile(r"[A-Za-z][\w.+/'-]*")
 _TAG = re.compile(r"</?[A-Za-z][^<>]{0,200}>")
+_SCRIPT = re.compile(r"<(script|style)\b[^>]*>.*?(?:</\1\s*>|$)", re.IGNORECASE | re.DOTALL)
 
 
 def language_of(text: str) -> Language | None:
     """"zh" or "en" by the share of Han characters among Han characters and Latin words; None when the text has
     no Han and fewer than four words (a number, a command), so it fits a question in any language."""
     han = len(_HAN_CHAR.findall(text))
-    words = len(_LATIN_WORD.findall(_strip_code(text)))
+    words = sum(1 for token in _LATIN_TOKEN.findall(_strip_code(text)) if token.isalpha() and len(token) > 1)
     if han == 0 and words < 4:
         return None  # a command or a name (apt-get source foo) is no language
     return "zh" if han >= 0.3 * (han + words) else "en"
@@ -55,8 +57,9 @@ def strip_markers(text: str) -> str:
 
 
 def strip_tags(text: str) -> str:
-    """The text without HTML/XML tags (the model's markup is not content; its words are)."""
-    return _TAG.sub("", text)
+    """The text without HTML/XML tags (the model's markup is not content; its words are), and without script and
+    style elements (their content is code, not words)."""
+    return _TAG.sub("", _SCRIPT.sub("", text))
 
 
 def _is_boundary(text: str, end: int, final: bool) -> int | None:

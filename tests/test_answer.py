@@ -108,6 +108,12 @@ def test_loops_stop_generation_but_keep_the_checked_sentences(retriever: Retriev
                                                        "Staff get 25 days of annual leave per year [1].")
 
 
+def test_markup_in_the_draft_is_removed_and_its_words_checked(retriever: Retriever) -> None:
+    reply = "<b>Staff</b> get 25 days of annual leave per year.<script>alert(1)</script>"
+    answer = QueryEngine(retriever, FakeLLMServer(lambda m: reply).llm(), 2, 0.1).ask(LEAVE)
+    assert (answer.mode, answer.text) == ("generated", "Staff get 25 days of annual leave per year [1].")
+
+
 def test_model_refusal_is_overruled_only_when_the_excerpts_clearly_answer(retriever: Retriever) -> None:
     sure = QueryEngine(retriever, FakeLLMServer(lambda m: REFUSAL).llm(), 2, 0.1).ask(LEAVE)
     assert (sure.mode, sure.fallback) == ("extracted", "refusal")
