@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from rag.keyword import tokenize
+from rag.keyword import STOPWORDS, tokenize
 from rag.sentences import Language, language_of, split_sentences, strip_markers, strip_tags, words
 
 MIN_COVERAGE = {"en": 0.75, "zh": 0.75}
@@ -28,7 +28,7 @@ _RANGE = re.compile(r"(\d)\s*(?:\.{2,3}|…|–|—|\bto\b|至|到)\s*(?=\d)")
 _CODE = re.compile(r"`([^`]+)`")
 # Identifiers: options (--upgrade), paths, file names, dotted or dashed names, words with digits (python3).
 _IDENTIFIER = re.compile(r"(?<![\w-])(?:--?[A-Za-z][\w-]*|[\w./~-]*[A-Za-z][\w~-]*(?:[./_-]|\d)[\w./~-]*\w)")
-_NAME = re.compile(r"(?<=[a-z,;:)]\s)[A-Z][A-Za-z]+(?:\s+[A-Z][A-Za-z]+)*")
+_NAME = re.compile(r"(?<=[a-z,;)]\s)[A-Z][A-Za-z]+(?:\s+[A-Z][A-Za-z]+)*")
 # A Latin word written into Chinese text is a name or a term (Debian, cron-apt).
 _LATIN_IN_HAN = re.compile("(?:(?<=[\u3400-\u9fff])|(?<=[\u3400-\u9fff] ))[A-Za-z][\\w.+-]*")
 
@@ -60,8 +60,15 @@ def names(text: str) -> set[str]:
     found = {span.strip() for span in _CODE.findall(text)}
     plain = _CODE.sub(" ", text)
     found |= {match.rstrip(".") for match in _IDENTIFIER.findall(plain) if not _NUMBER.fullmatch(match)}
-    found |= set(_NAME.findall(plain)) | {word.rstrip(".") for word in _LATIN_IN_HAN.findall(plain)}
+    found |= {_without_article(name) for name in _NAME.findall(plain)}
+    found |= {word.rstrip(".") for word in _LATIN_IN_HAN.findall(plain)}
     return {" ".join(name.lower().split()) for name in found if name}
+
+
+def _without_article(name: str) -> str:
+    """"The Debian Project" → "Debian Project": a capitalised function word is not part of the name."""
+    first, _, rest = name.partition(" ")
+    return rest if rest and first.lower() in STOPWORDS else name
 
 
 @dataclass(frozen=True, slots=True)
