@@ -184,6 +184,20 @@ def test_off_topic_question_gets_a_distinct_not_in_documents_reply(page: Page, c
     expect(reply).to_contain_text("contact the helpdesk")
 
 
+def test_quoted_answer_is_shown_as_a_block_quote_with_its_source(page: Page, chat_app: ChatApp) -> None:
+    """The offline model's draft for this question fails the check; the chat shows the documents' own words."""
+    _sign_in(page, chat_app)
+    expect(page.get_by_text("I answer from")).to_be_visible(timeout=30_000)
+    _ask(page, "How do I create a Python virtual environment?")
+    answer = page.locator("[data-step-type=assistant_message]").last
+    expect(answer).to_contain_text("tok/s", timeout=ANSWER_TIMEOUT_MS)
+    text = _last_answer(page)
+    assert "From the documents (quoted)" in text, text
+    quote = answer.locator("blockquote").filter(has_text="python3 -m venv")
+    expect(quote).to_have_count(1)
+    expect(quote.locator("a", has_text=re.compile(r"\[\d\]"))).to_have_count(1)  # its [n] opens the source
+
+
 def test_chinese_browser_gets_chinese_ui(browser: Browser, chat_app: ChatApp) -> None:
     context = browser.new_context(locale="zh-CN", extra_http_headers={"Accept-Language": "zh-CN,zh;q=0.9"})
     page = context.new_page()
