@@ -16,13 +16,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.common import ensure_llm_server
 from benchmarks.query_path import QUESTIONS
 from ingest import service
 from rag.answer import Answer, QueryEngine
 from rag.config import Settings
 from rag.extract import extract
 from rag.grounding import SupportChecker
-from rag.llm_server import is_healthy, start_llm_server, wait_until_healthy
 from rag.sentences import question_language
 from rag.wiring import build_embedder, build_engine, prefer_passive_threads
 
@@ -69,11 +69,7 @@ def measure(engine: QueryEngine) -> tuple[list[float], list[float], list[float],
 def main() -> None:
     prefer_passive_threads()  # as `rag ask` and `rag serve` do
     settings = Settings()
-    process = None
-    if not is_healthy(settings.llm_base_url):
-        log = settings.data_dir / "logs" / "vllm-bench.log"
-        process = start_llm_server(settings, log)
-        wait_until_healthy(settings, process, log)
+    process = ensure_llm_server(settings)
     try:
         with tempfile.TemporaryDirectory() as tmp:
             local = settings.model_copy(update={"data_dir": Path(tmp)})

@@ -7,6 +7,10 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rag.config import Settings
 
 REPO = Path(__file__).resolve().parent.parent
 CACHE = REPO / "data" / "cache"
@@ -59,3 +63,15 @@ def recall_at(results: list[list[str]], pairs: list[tuple[str, str]], k: int) ->
     found = sum(any(holds_answer(text, answer_windows(answer)) for text in texts[:k])
                 for texts, (_, answer) in zip(results, pairs, strict=True))
     return found / len(pairs)
+
+
+def ensure_llm_server(settings: Settings) -> subprocess.Popen[bytes] | None:
+    """Start vLLM for RAG_LLM_BASE_URL unless one answers there; the started process (to terminate), else None."""
+    from rag.llm_server import is_healthy, start_llm_server, wait_until_healthy
+
+    if is_healthy(settings.llm_base_url):
+        return None
+    log = settings.data_dir / "logs" / "vllm-bench.log"
+    process = start_llm_server(settings, log)
+    wait_until_healthy(settings, process, log)
+    return process

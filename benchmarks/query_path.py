@@ -18,11 +18,11 @@ from pathlib import Path
 
 import httpx
 
+from benchmarks.common import ensure_llm_server
 from ingest import service
 from rag.answer import QueryEngine, Retrieved, Token
 from rag.config import Settings
 from rag.llm import LLM
-from rag.llm_server import is_healthy, start_llm_server, wait_until_healthy
 from rag.prompt import answer_messages
 from rag.wiring import build_embedder, build_engine, build_llm, prefer_passive_threads
 
@@ -108,11 +108,7 @@ def prefix_hit_share(engine: QueryEngine, settings: Settings, block: int) -> tup
 def main() -> None:
     prefer_passive_threads()  # as `rag ask` and `rag serve` do
     settings = Settings()
-    process = None
-    if not is_healthy(settings.llm_base_url):
-        log = settings.data_dir / "logs" / "vllm-bench.log"
-        process = start_llm_server(settings, log)
-        wait_until_healthy(settings, process, log)
+    process = ensure_llm_server(settings)
     try:
         with tempfile.TemporaryDirectory() as tmp:
             # Short answers: the benchmark is about the time to the first token and the prompt's cache blocks.
