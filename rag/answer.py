@@ -16,7 +16,7 @@ from typing import Literal
 
 from rag.answer_types import Answer, Done, Event, Outcome, Retrieved, Sentence, Source, Timings, Token
 from rag.extract import Encoder, extract
-from rag.grounding import MIN_COVERAGE, RepetitionGuard, SupportChecker, Verdict
+from rag.grounding import MIN_COVERAGE, RepetitionGuard, SupportChecker, Verdict, passages, proper_names
 from rag.keyword import cjk_share
 from rag.llm import LLM, Delta, Usage
 from rag.prompt import Message, answer_messages, condense_messages, is_refusal, reply
@@ -25,7 +25,7 @@ from rag.sentences import Language, SentenceBuffer, language_of, question_langua
 from rag.types import Hit
 
 __all__ = ["Answer", "AnswerMode", "Done", "Event", "QueryEngine", "Retrieved", "Sentence", "Source", "Timings",
-           "Token", "confidence", "relevant"]
+           "Token", "confidence", "relevant", "unmentioned"]
 
 AnswerMode = Literal["auto", "generate", "extract"]
 CONDENSE_MAX_TOKENS = 96
@@ -120,7 +120,7 @@ class QueryEngine:
         run.retrieve_ms, run.threshold = _ms(run.started), self.threshold_for(run.standalone)
         run.sure = confidence(hits[0].score if hits else None, run.threshold)
         run.hits = relevant(hits, run.threshold)
-        if not run.hits:
+        if not run.hits or unmentioned(run.standalone, run.hits):
             yield from self._refused(run, "refusal", listed=False)
             return
         yield Retrieved(run.hits, run.standalone)
@@ -242,6 +242,13 @@ class QueryEngine:
         return Answer(text, outcome != "refused", bool(cited), sources, timings, run.usage, run.standalone,
                       round(sure, 3), outcome, grounded, sentences, "" if outcome == "generated" else why,
                       loop=why == "loop")
+
+
+def unmentioned(question: str, hits: Sequence[Hit]) -> bool:
+    """Whether the question names several things (Windows, Microsoft Office) of which no excerpt names any: the
+    excerpts are about something else, however close their words."""
+    asked = proper_names(question)
+    return len(asked) >= 2 and not any(passage.mentions(asked) for passage in passages([h.text for h in hits], 10**6))
 
 
 def _with_markers(text: str, sources: Sequence[int]) -> str:

@@ -65,6 +65,14 @@ def names(text: str) -> set[str]:
     return {" ".join(name.lower().split()) for name in found if name}
 
 
+def proper_names(text: str) -> set[str]:
+    """Capitalised names (not sentence-initial) and Latin words in Chinese text, lower-cased; no code."""
+    plain = _CODE.sub(" ", text)
+    found = {_without_article(name) for name in _NAME.findall(plain)}
+    found |= {word.rstrip(".") for word in _LATIN_IN_HAN.findall(plain) if word.isalpha()}
+    return {" ".join(name.lower().split()) for name in found if name}
+
+
 def _without_article(name: str) -> str:
     """"The Debian Project" → "Debian Project": a capitalised function word is not part of the name."""
     first, _, rest = name.partition(" ")
@@ -82,6 +90,10 @@ class _Passage:
 
     def holds_number(self, number: str) -> bool:
         return re.search(rf"(?<![\d.]){re.escape(number)}(?!\d|\.\d)", self.text) is not None
+
+    def mentions(self, wanted: set[str]) -> bool:
+        """Whether any of the names occurs here."""
+        return any(name in self.text for name in wanted)
 
     def holds(self, facts: tuple[set[str], set[str]]) -> str:
         """"" when every number and name is here, else the kind of fact missing."""
