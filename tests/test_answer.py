@@ -124,7 +124,8 @@ def test_model_refusal_is_overruled_only_when_the_excerpts_clearly_answer(retrie
 
 def test_question_about_things_no_excerpt_names_is_refused(retriever: Retriever) -> None:
     server = FakeLLMServer(lambda messages: "should not be called")
-    answer = QueryEngine(retriever, server.llm(), 2, -1.0).ask("How many leave days do Windows users get at Microsoft Office?")
+    engine = QueryEngine(retriever, server.llm(), 2, -1.0)
+    answer = engine.ask("How many leave days do Windows users get at Microsoft Office?")
     assert (answer.mode, answer.answerable, server.requests) == ("refused", False, [])
     assert QueryEngine(retriever, server.llm(), 2, -1.0, mode="extract").ask(LEAVE).mode == "extracted"
 
