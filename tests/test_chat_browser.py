@@ -195,7 +195,7 @@ def test_quoted_answer_is_shown_as_a_block_quote_with_its_source(page: Page, cha
     assert "From the documents (quoted)" in text, text
     quote = answer.locator("blockquote").filter(has_text="python3 -m venv")
     expect(quote).to_have_count(1)
-    expect(quote.locator("a", has_text=re.compile(r"\[\d\]"))).to_have_count(1)  # its [n] opens the source
+    expect(quote.locator("a", has_text=re.compile(r"\[\d\]")).first).to_be_visible()  # [n] opens the source
 
 
 def test_chinese_browser_gets_chinese_ui(browser: Browser, chat_app: ChatApp) -> None:
