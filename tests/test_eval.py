@@ -114,7 +114,7 @@ def fixed_sample(cases: Path, answerable: int, offtopic: int) -> str:
 
 # Answer floors on the fixed samples (30 answerable + 10 off-topic each), offline model: measured 2026-11-30
 # (README) less a margin. What is shown must always pass the check and speak the question's language.
-ANSWER_FLOORS = {"python-faq": ("en", {"gold_cited": 0.8, "refusal_recall": 0.9}),
+ANSWER_FLOORS = {"python-faq": ("en", {"gold_cited": 0.7, "refusal_recall": 0.9}),
                  "zh": ("zh", {"gold_cited": 0.55, "refusal_recall": 0.8})}
 
 
