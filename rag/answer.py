@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from rag.answer_types import Answer, Done, Event, Outcome, Retrieved, Sentence, Source, Timings, Token
@@ -265,8 +265,6 @@ def _other_language(hits: Sequence[Hit], language: Language) -> bool:
 
 
 def _without_sources(answer: Answer) -> Answer:
-    from dataclasses import replace
-
     return replace(answer, sources=[])
 
 

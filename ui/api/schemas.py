@@ -54,7 +54,8 @@ class SentenceOut(BaseModel):
 class WithheldOut(BaseModel):
     """A sentence of the model's draft that was not shown (its text never leaves the server)."""
 
-    reason: Literal["coverage", "number", "name", "language", "repeat"] | str
+    reason: str = Field(description="coverage (too few of its words in any excerpt), number or name (one it states "
+                                    "is in no excerpt), language (not the question's), repeat")
 
 
 class AskResponse(BaseModel):
