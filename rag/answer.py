@@ -16,7 +16,7 @@ from typing import Literal
 
 from rag.answer_types import Answer, Done, Event, Outcome, Retrieved, Sentence, Source, Timings, Token
 from rag.extract import Encoder, extract
-from rag.grounding import MIN_COVERAGE, RepetitionGuard, SupportChecker, Verdict, passages, proper_names
+from rag.grounding import MIN_COVERAGE, RepetitionGuard, SupportChecker, Verdict, mentions_any, proper_names
 from rag.keyword import cjk_share
 from rag.llm import LLM, Delta, Usage
 from rag.prompt import Message, answer_messages, condense_messages, is_refusal, reply
@@ -248,7 +248,7 @@ def unmentioned(question: str, hits: Sequence[Hit]) -> bool:
     """Whether the question names several things (Windows, Microsoft Office) of which no excerpt names any: the
     excerpts are about something else, however close their words."""
     asked = proper_names(question)
-    return len(asked) >= 2 and not any(passage.mentions(asked) for passage in passages([h.text for h in hits], 10**6))
+    return len(asked) >= 2 and not mentions_any([hit.text for hit in hits], asked)
 
 
 def _with_markers(text: str, sources: Sequence[int]) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from rag.embedder import Vectors
-from rag.keyword import tokenize
+from rag.keyword import HAN_CHAR, tokenize
 from rag.sentences import Language, split_sentences, strip_tags
 from rag.types import Hit
 
@@ -33,7 +33,6 @@ HEADING_PULL = 0.5  # sentences under a heading that asks the question rank up t
 # "How do I …" questions want the step itself: sentences that instruct get HOW_BONUS.
 _HOW = re.compile(r"^\s*how\b|\bhow (?:do|can|to|should)\b|如何|怎么|怎样|步骤", re.IGNORECASE)
 _ENDS_SENTENCE = re.compile(r"[.!?。！？；:：,，]$")
-_HAN = re.compile("[\u3400-\u9fff\uf900-\ufaff]")
 
 
 class Encoder(Protocol):
@@ -85,7 +84,7 @@ def separate_headings(text: str) -> str:
 
 def _width(text: str) -> int:
     """Display width: a Han character counts twice (a Chinese line holds half as many characters)."""
-    return len(text) + len(_HAN.findall(text))
+    return len(text) + len(HAN_CHAR.findall(text))
 
 
 def _candidates(hits: Sequence[Hit], asked: set[str], question: str) -> list[_Candidate]:

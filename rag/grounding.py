@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from rag.keyword import STOPWORDS, tokenize
+from rag.keyword import HAN_RANGE, STOPWORDS, tokenize
 from rag.sentences import Language, language_of, split_sentences, strip_markers, strip_tags, words
 
 MIN_COVERAGE = {"en": 0.75, "zh": 0.75}
@@ -30,7 +30,7 @@ _CODE = re.compile(r"`([^`]+)`")
 _IDENTIFIER = re.compile(r"(?<![\w-])(?:--?[A-Za-z][\w-]*|[\w./~-]*[A-Za-z][\w~-]*(?:[./_-]|\d)[\w./~-]*\w)")
 _NAME = re.compile(r"(?<=[a-z,;)]\s)[A-Z][A-Za-z]+(?:\s+[A-Z][A-Za-z]+)*")
 # A Latin word written into Chinese text is a name or a term (Debian, cron-apt).
-_LATIN_IN_HAN = re.compile("(?:(?<=[\u3400-\u9fff])|(?<=[\u3400-\u9fff] ))[A-Za-z][\\w.+-]*")
+_LATIN_IN_HAN = re.compile(f"(?:(?<=[{HAN_RANGE}])|(?<=[{HAN_RANGE}] ))[A-Za-z][\\w.+-]*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +65,11 @@ def names(text: str) -> set[str]:
     return {" ".join(name.lower().split()) for name in found if name}
 
 
+def mentions_any(texts: Sequence[str], wanted: set[str]) -> bool:
+    """Whether any of the (lower-cased) names occurs in any of the texts."""
+    return any(name in _squash(text) for text in texts for name in wanted)
+
+
 def proper_names(text: str) -> set[str]:
     """Capitalised names (not sentence-initial) and Latin words in Chinese text, lower-cased; no code."""
     plain = _CODE.sub(" ", text)
@@ -90,10 +95,6 @@ class _Passage:
 
     def holds_number(self, number: str) -> bool:
         return re.search(rf"(?<![\d.]){re.escape(number)}(?!\d|\.\d)", self.text) is not None
-
-    def mentions(self, wanted: set[str]) -> bool:
-        """Whether any of the names occurs here."""
-        return any(name in self.text for name in wanted)
 
     def holds(self, facts: tuple[set[str], set[str]]) -> str:
         """"" when every number and name is here, else the kind of fact missing."""

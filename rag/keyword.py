@@ -21,11 +21,12 @@ from typing import Any
 from rag.types import Chunk
 
 K1, B = 1.5, 0.75
-_HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # CJK ideographs: extension A, unified, compatibility
-_CJK = re.compile(f"[{_HAN}]")
+HAN_RANGE = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # CJK ideographs: extension A, unified, compatibility
+HAN_CHAR = re.compile(f"[{HAN_RANGE}]")
+_CJK = HAN_CHAR
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 # Runs of Han characters, and runs of anything else that is a word character.
-_RUNS = re.compile(f"[{_HAN}]+|[^\\W_{_HAN}]+")
+_RUNS = re.compile(f"[{HAN_RANGE}]+|[^\\W_{HAN_RANGE}]+")
 # Words so common that they only add noise to a short question.
 _STOPWORDS_EN = """a an and are as at be by can do does for from how i in is it of on or that the this to was what
 when where which who why will with you your my me we our if not no there their they been has have had into about"""

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
-from rag.keyword import has_cjk
+from rag.keyword import HAN_CHAR, has_cjk
 
 Language = Literal["en", "zh"]
 
@@ -25,7 +25,6 @@ _LIST_ITEM = re.compile(r"[ \t]*(?:[-*•]|\d{1,2}[.)])\s")
 _BREAK = re.compile(r"\n(?:[ \t]*\n)*")
 _ABBREVIATED = "e.g i.e etc vs cf mr mrs ms dr prof no fig sec ch vol approx incl esp st"
 _ABBREVIATIONS = frozenset(_ABBREVIATED.split())
-_HAN_CHAR = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 # Latin tokens; only plain words count towards English (apt-get, sources.list or python3 are names, not prose).
 _LATIN_TOKEN = re.compile(r"[A-Za-z][\w.+/'-]*")
 _TAG = re.compile(r"</?[A-Za-z][^<>]{0,200}>")
@@ -35,7 +34,7 @@ _SCRIPT = re.compile(r"<(script|style)\b[^>]*>.*?(?:</\1\s*>|$)", re.IGNORECASE 
 def language_of(text: str) -> Language | None:
     """"zh" or "en" by the share of Han characters among Han characters and Latin words; None when the text has
     no Han and fewer than four words (a number, a command), so it fits a question in any language."""
-    han = len(_HAN_CHAR.findall(text))
+    han = len(HAN_CHAR.findall(text))
     words = sum(1 for token in _LATIN_TOKEN.findall(_strip_code(text)) if token.isalpha() and len(token) > 1)
     if han == 0 and words < 4:
         return None  # a command or a name (apt-get source foo) is no language
@@ -146,5 +145,5 @@ class SentenceBuffer:
 
 def words(text: str) -> Iterator[str]:
     """Repetition units: Latin words lower-cased and single Han characters."""
-    for match in re.finditer(f"{_HAN_CHAR.pattern}|[^\\W_]+", text.lower()):
+    for match in re.finditer(f"{HAN_CHAR.pattern}|[^\\W_]+", text.lower()):
         yield match.group()

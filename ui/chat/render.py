@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from rag.answer import Answer, Source
-from rag.types import Hit
+from rag.extract import passage_body
 from ui.chat.texts import Language, text
 
 SNIPPET_CHARS = 140
@@ -40,12 +40,6 @@ def source_line(source: Source, language: Language) -> str:
         where += ", " + text(language, "page", page=hit.page)
     heading = f" — {hit.headings.replace(' > ', ' › ')}" if hit.headings else ""
     return f"- {source_name(source.n)} {where}{heading}: “{snippet(passage_body(hit))}”"
-
-
-def passage_body(hit: Hit) -> str:
-    """The chunk's text without the heading line that ingest puts first (shown separately)."""
-    prefix = f"{hit.headings}\n"
-    return hit.text[len(prefix):] if hit.headings and hit.text.startswith(prefix) else hit.text
 
 
 def snippet(passage: str, limit: int = SNIPPET_CHARS) -> str:
