@@ -19,6 +19,7 @@ from pathlib import Path
 from benchmarks.common import ensure_llm_server
 from benchmarks.query_path import QUESTIONS
 from ingest import service
+from rag.access import LOCAL_OPERATOR
 from rag.answer import Answer, QueryEngine
 from rag.config import Settings
 from rag.extract import extract
@@ -53,10 +54,10 @@ def percentile(values: list[float], share: float) -> float:
 
 def measure(engine: QueryEngine) -> tuple[list[float], list[float], list[float], list[str]]:
     """(check ms, extract ms, first-shown delay ms, modes) over the questions."""
-    engine.ask("warm-up: what is apt-get?")
+    engine.ask("warm-up: what is apt-get?", principal=LOCAL_OPERATOR)
     checks, extracts, delays, modes = [], [], [], []
     for question in QUESTIONS:
-        answer = engine.ask(question)
+        answer = engine.ask(question, principal=LOCAL_OPERATOR)
         modes.append(answer.mode)
         checks.append(check_ms(question, answer))
         extracts.append(extract_ms(engine, question, answer))

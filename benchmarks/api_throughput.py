@@ -24,6 +24,7 @@ import httpx
 
 from benchmarks.query_path import QUESTIONS
 from ingest import service
+from rag.access import LOCAL_OPERATOR
 from rag.answer import Retrieved
 from rag.config import Settings
 from rag.llm_server import is_healthy, start_llm_server, wait_until_healthy
@@ -95,7 +96,7 @@ def main() -> None:
         engine.refusal_threshold = -1.0  # as in the served app below: every question reaches the LLM
         questions = [QUESTIONS[i % len(QUESTIONS)] for i in range(args.requests)]
         direct_bodies = [{"model": local.llm_model, "max_tokens": MAX_TOKENS, "temperature": 0.0,
-                          "messages": answer_messages(q, next(e.hits for e in engine.stream(q)
+                          "messages": answer_messages(q, next(e.hits for e in engine.stream(q, principal=LOCAL_OPERATOR)
                                                               if isinstance(e, Retrieved)))} for q in questions]
         api_bodies = [{"question": q} for q in questions]
         port = _port()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from benchmarks.common import REPO, faq_pairs
 from ingest import service
+from rag.access import LOCAL_OPERATOR
 from rag.config import Settings
 from rag.retrieve import Retriever
 from rag.wiring import build_embedder, build_store
@@ -24,7 +25,7 @@ OFFTOPIC = REPO / "data" / "eval" / "offtopic.jsonl"
 
 def best_scores(questions: list[str], retriever: Retriever) -> list[float]:
     """Top-1 cosine score of each question."""
-    return [retriever.search(q, 1)[0].score for q in questions]
+    return [retriever.search(q, 1, LOCAL_OPERATOR)[0].score for q in questions]
 
 
 def sweep(answerable: list[float], offtopic: list[float]) -> tuple[float, float, float, float]:

@@ -21,6 +21,7 @@ os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 from benchmarks.common import corpus_bytes, faq_pairs, python_docs, recall_at
 from ingest import service
 from ingest.runner import warm_parsers
+from rag.access import LOCAL_OPERATOR
 from rag.config import Settings
 from rag.retrieve import Retriever
 from rag.wiring import build_embedder, build_store, embed_dtype, resolve_embed_model
@@ -45,7 +46,7 @@ def ours(corpus: Path, work: Path) -> dict[str, float]:
     rerun = time.perf_counter() - started
     retriever = Retriever(embedder, store)
     pairs = faq_pairs()
-    results = [[hit.text for hit in retriever.search(q, 3)] for q, _ in pairs]
+    results = [[hit.text for hit in retriever.search(q, 3, LOCAL_OPERATOR)] for q, _ in pairs]
     return {"seconds": first, "chunks": report.chunks, "encode_seconds": encode_only, "rerun_seconds": rerun,
             "recall3": recall_at(results, pairs, 3), "failed": len(report.failed)}
 

@@ -20,6 +20,7 @@ import httpx
 
 from benchmarks.common import ensure_llm_server
 from ingest import service
+from rag.access import LOCAL_OPERATOR
 from rag.answer import QueryEngine, Retrieved, Token
 from rag.config import Settings
 from rag.llm import LLM
@@ -56,7 +57,7 @@ def first_token_ms(events: object) -> float:
 def model_first_token_ms(engine: QueryEngine, question: str) -> float:
     """Milliseconds until the model's first token through the engine (text is shown later, once checked:
     benchmarks.answer_checks measures that)."""
-    first = engine.ask(question).timings.draft_first_token_ms
+    first = engine.ask(question, principal=LOCAL_OPERATOR).timings.draft_first_token_ms
     assert first is not None, "the model was not called"
     return first
 
@@ -65,7 +66,7 @@ def overhead(engine: QueryEngine, llm: LLM) -> list[float]:
     """Per question: engine first-token time minus a direct call's, both on a warm prefix cache."""
     deltas = []
     for i, question in enumerate(QUESTIONS):
-        hits = next(e.hits for e in engine.stream(question) if isinstance(e, Retrieved))
+        hits = next(e.hits for e in engine.stream(question, principal=LOCAL_OPERATOR) if isinstance(e, Retrieved))
         messages = answer_messages(question, hits)
         list(llm.stream(messages))  # warm the whole prompt into the prefix cache
         if i % 2:  # alternate the order so neither side always runs second
@@ -87,7 +88,7 @@ def template_tokens(engine: QueryEngine, base_url: str, model: str) -> int:
     root = base_url.rsplit("/v1", 1)[0]
     prompts = []
     for question in QUESTIONS[:2]:
-        hits = next(e.hits for e in engine.stream(question) if isinstance(e, Retrieved))
+        hits = next(e.hits for e in engine.stream(question, principal=LOCAL_OPERATOR) if isinstance(e, Retrieved))
         body = {"model": model, "messages": answer_messages(question, hits)}
         prompts.append(httpx.post(f"{root}/tokenize", json=body, timeout=10).json()["tokens"])
     return next((i for i, (a, b) in enumerate(zip(*prompts, strict=False)) if a != b), len(prompts[0]))
@@ -95,10 +96,10 @@ def template_tokens(engine: QueryEngine, base_url: str, model: str) -> int:
 
 def prefix_hit_share(engine: QueryEngine, settings: Settings, block: int) -> tuple[float, int, float]:
     """(hit tokens per query, template tokens, hit share of the template's full blocks)."""
-    engine.ask("warm-up: what is apt-get?")
+    engine.ask("warm-up: what is apt-get?", principal=LOCAL_OPERATOR)
     before = prefix_counters(settings.llm_base_url)
     for question in QUESTIONS[:20]:
-        engine.ask(question)
+        engine.ask(question, principal=LOCAL_OPERATOR)
     after = prefix_counters(settings.llm_base_url)
     hits = (after["vllm:prefix_cache_hits_total"] - before["vllm:prefix_cache_hits_total"]) / 20
     template = template_tokens(engine, settings.llm_base_url, settings.llm_model)

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from benchmarks.common import REPO
+from rag.access import LOCAL_OPERATOR
 from rag.config import Settings
 from rag.evaluate import load_cases, percentiles
 from rag.retrieve import Retriever
@@ -35,7 +36,7 @@ def questions() -> list[str]:
 def timed(retriever: Retriever, question: str) -> float:
     """Milliseconds for one retrieval."""
     started = time.perf_counter()
-    retriever.search(question, TOP_K)
+    retriever.search(question, TOP_K, LOCAL_OPERATOR)
     return (time.perf_counter() - started) * 1000
 
 
@@ -52,7 +53,7 @@ def main() -> None:
     asked = questions()
     for question in asked[:10]:  # warm caches (HNSW pages, jieba, tokenizer)
         for retriever in modes.values():
-            retriever.search(question, TOP_K)
+            retriever.search(question, TOP_K, LOCAL_OPERATOR)
     times: dict[str, list[float]] = {mode: [] for mode in modes}
     for round_ in range(ROUNDS):
         for i, question in enumerate(asked):

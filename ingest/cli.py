@@ -48,7 +48,7 @@ def _plan_table(plan: Plan) -> Table:
     table = Table(title="Plan (dry run: nothing changed)")
     table.add_column("action")
     table.add_column("file")
-    for task in plan.tasks:
+    for task in (*plan.tasks, *plan.regroups):
         table.add_row(task.action, task.found.source)
     for entry in plan.deletions:
         table.add_row("delete", entry.source)
@@ -60,7 +60,7 @@ def _plan_table(plan: Plan) -> Table:
 
 def _summary_table(report: Report) -> Table:
     table = Table(title="Ingest summary")
-    values = {**report.as_json(), "failed": len(report.failed)}
+    values = {**report.as_json(), "failed": len(report.failed), "locked": len(report.locked)}
     for name in values:
         table.add_column(name, justify="right")
     table.add_row(*(str(value) for value in values.values()))
@@ -70,6 +70,7 @@ def _summary_table(report: Report) -> Table:
 def _plan_json(plan: Plan) -> dict[str, object]:
     return {"add": [t.found.source for t in plan.tasks if t.action == "add"],
             "update": [t.found.source for t in plan.tasks if t.action == "update"],
+            "regroup": [t.found.source for t in plan.regroups],
             "delete": [e.source for e in plan.deletions], "unchanged": len(plan.unchanged),
             "skipped": len(plan.skipped),
             "failed": [{"path": p, "error": e} for p, e in sorted(plan.failed.items())]}
@@ -107,6 +108,10 @@ def _print_plan(plan: Plan, console: Console, as_json: bool) -> None:
 def _print_report(report: Report, console: Console, as_json: bool) -> None:
     for source, error in sorted(report.failed.items()):
         Console(stderr=True).print(f"[red]failed[/red] {source}: {error}", highlight=False, soft_wrap=True)
+    for source in sorted(report.locked):
+        Console(stderr=True).print(f"[yellow]locked[/yellow] {source}: its access groups cannot be read; only "
+                                   "principals holding every group (`*`) see it until they are fixed",
+                                   highlight=False, soft_wrap=True)
     console.print(_summary_table(report))
     if as_json:
         print(json.dumps(report.as_json(), ensure_ascii=False))

@@ -11,6 +11,8 @@ from pathlib import PurePath
 
 import yaml
 
+from rag.access import DocAccess, document_access
+
 # A zip member (DOCX) may not expand past this: guards against decompression bombs.
 MAX_UNZIPPED_BYTES = 200 * 1024 * 1024
 _MD_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
@@ -38,7 +40,7 @@ class LoadedDoc:
 
     title: str
     sections: list[Section]
-    groups: tuple[str, ...] = field(default_factory=tuple)
+    access: DocAccess = field(default_factory=DocAccess)
 
 
 class SectionBuilder:
@@ -84,14 +86,6 @@ def decode_text(data: bytes) -> str:
         raise LoadError(f"not valid UTF-8 text (bad byte 0x{data[exc.start]:02x} at offset {exc.start})") from exc
 
 
-def parse_groups(value: object) -> tuple[str, ...]:
-    """Access groups from front matter or a sidecar: a list or a comma-separated string."""
-    if value is None:
-        return ()
-    items = value if isinstance(value, list) else str(value).split(",")
-    return tuple(sorted({str(item).strip() for item in items if str(item).strip()}))
-
-
 def load_text(data: bytes, name: str) -> LoadedDoc:
     """Plain text: one section; reStructuredText (.rst, .rst.txt) is split by its section titles."""
     if name.lower().endswith((".rst", ".rst.txt")):
@@ -125,19 +119,22 @@ def load_rst(data: bytes, name: str) -> LoadedDoc:
 
 def load_markdown(data: bytes, name: str) -> LoadedDoc:
     """Markdown: optional YAML front matter (title, groups), sections by heading path."""
-    text = decode_text(data)
-    meta: dict[str, object] = {}
-    match = _FRONT_MATTER.match(text)
-    if match:
-        try:
-            loaded = yaml.safe_load(match.group(1))
-        except yaml.YAMLError as exc:
-            raise LoadError(f"invalid YAML front matter: {exc}") from exc
-        meta = loaded if isinstance(loaded, dict) else {}
-        text = text[match.end() :]
+    meta, text = front_matter(decode_text(data))
     sections = _markdown_sections(text)
     title = str(meta.get("title") or next((s.headings[0] for s in sections if s.headings), PurePath(name).stem))
-    return LoadedDoc(title=title, sections=sections, groups=parse_groups(meta.get("groups")))
+    return LoadedDoc(title=title, sections=sections, access=document_access(meta.get("groups")))
+
+
+def front_matter(text: str) -> tuple[dict[str, object], str]:
+    """A Markdown text's YAML front matter (empty when there is none) and the text after it."""
+    match = _FRONT_MATTER.match(text)
+    if not match:
+        return {}, text
+    try:
+        loaded = yaml.safe_load(match.group(1))
+    except yaml.YAMLError as exc:
+        raise LoadError(f"invalid YAML front matter: {exc}") from exc
+    return (loaded if isinstance(loaded, dict) else {}), text[match.end() :]
 
 
 def _markdown_sections(text: str) -> list[Section]:

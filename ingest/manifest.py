@@ -22,9 +22,15 @@ CREATE TABLE IF NOT EXISTS documents (
     title TEXT NOT NULL,
     chunk_ids TEXT NOT NULL,
     ingested_at TEXT NOT NULL,
+    access TEXT,
+    sidecar_hash TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (scope, doc_id)
 )
 """
+# Columns added after the first release: added in place to an older manifest (NULL access: not yet labelled).
+_ADDED = {"access": "ALTER TABLE documents ADD COLUMN access TEXT",
+          "sidecar_hash": "ALTER TABLE documents ADD COLUMN sidecar_hash TEXT NOT NULL DEFAULT ''"}
+_COLUMNS = "doc_id, root, source, content_hash, size, mtime_ns, title, chunk_ids, ingested_at, access, sidecar_hash"
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +46,8 @@ class Entry:
     title: str
     chunk_ids: tuple[str, ...]
     ingested_at: str = ""
+    access: str | None = None  # rag.access.DocAccess.label; None for entries recorded before access labels
+    sidecar_hash: str = ""  # of the NAME.meta.yaml beside the file ("" when none): a change relabels the chunks
 
 
 class Manifest:
@@ -51,6 +59,10 @@ class Manifest:
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(_SCHEMA)
+        present = {row[1] for row in self._db.execute("PRAGMA table_info(documents)")}
+        for column, statement in _ADDED.items():
+            if column not in present:
+                self._db.execute(statement)
         self._lock = threading.Lock()
         self.scope = scope
 
@@ -66,8 +78,7 @@ class Manifest:
 
     def entries(self, root: str | None = None) -> dict[str, Entry]:
         """Entries by doc_id, for one ingest root or all."""
-        query = "SELECT doc_id, root, source, content_hash, size, mtime_ns, title, chunk_ids, ingested_at "
-        query += "FROM documents WHERE scope = ?" + (" AND root = ?" if root is not None else "")
+        query = f"SELECT {_COLUMNS} FROM documents WHERE scope = ?" + (" AND root = ?" if root is not None else "")
         args = (self.scope, root) if root is not None else (self.scope,)
         with self._lock:
             rows = self._db.execute(query, args).fetchall()
@@ -78,9 +89,10 @@ class Manifest:
         now = datetime.now(UTC).isoformat(timespec="seconds")
         with self._lock:
             self._db.execute(
-                "INSERT OR REPLACE INTO documents VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT OR REPLACE INTO documents (scope, {_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (self.scope, entry.doc_id, entry.root, entry.source, entry.content_hash, entry.size,
-                 entry.mtime_ns, entry.title, json.dumps(list(entry.chunk_ids)), now),
+                 entry.mtime_ns, entry.title, json.dumps(list(entry.chunk_ids)), now, entry.access,
+                 entry.sidecar_hash),
             )
 
     def remove(self, doc_id: str) -> None:
@@ -92,5 +104,6 @@ class Manifest:
         return iter(self.entries().values())
 
 
-def _entry(row: tuple[str, str, str, str, int, int, str, str, str]) -> Entry:
-    return Entry(row[0], row[1], row[2], row[3], row[4], row[5], row[6], tuple(json.loads(row[7])), row[8])
+def _entry(row: tuple[str, str, str, str, int, int, str, str, str, str | None, str]) -> Entry:
+    return Entry(row[0], row[1], row[2], row[3], row[4], row[5], row[6], tuple(json.loads(row[7])), row[8], row[9],
+                 row[10])

@@ -13,7 +13,8 @@ import yaml
 
 from ingest.chunker import Piece, TokenCounter, chunk_document
 from ingest.html import load_html
-from ingest.loaders import LOADERS, LoadedDoc, LoadError, parse_groups
+from ingest.loaders import LOADERS, LoadedDoc, LoadError, decode_text, front_matter, load_markdown
+from rag.access import DocAccess, document_access
 
 SUPPORTED: dict[str, Callable[[bytes, str], LoadedDoc]] = {**LOADERS, ".html": load_html, ".htm": load_html}
 SIDECAR_SUFFIX = ".meta.yaml"
@@ -35,7 +36,7 @@ class ParsedDoc:
     """A parsed and chunked file, ready to embed."""
 
     title: str
-    groups: tuple[str, ...]
+    access: DocAccess
     pieces: list[Piece]
 
 
@@ -89,19 +90,38 @@ def parse_file(path: str, name: str, sidecar: bytes | None, spec: ChunkSpec) -> 
         raise LoadError("empty file")
     loader = SUPPORTED[Path(name).suffix.lower()]
     doc = loader(data, name)
-    groups = doc.groups
-    if sidecar is not None:
-        groups = _sidecar_groups(sidecar) or groups
+    access = sidecar_access(sidecar) or doc.access
     count = token_counter(spec.tokenizer_path)
     pieces = chunk_document(doc, count, spec.size, spec.overlap, spec.limit)
     if not pieces:
         raise LoadError("no text found in the document")
-    return ParsedDoc(title=doc.title, groups=groups, pieces=pieces)
+    return ParsedDoc(title=doc.title, access=access, pieces=pieces)
 
 
-def _sidecar_groups(data: bytes) -> tuple[str, ...]:
+def sidecar_access(data: bytes | None) -> DocAccess | None:
+    """The access a sidecar sets: None without a sidecar or without groups in it; locked when it cannot be
+    read (a broken sidecar must not open a document that it was meant to restrict)."""
+    if data is None:
+        return None
     try:
         meta = yaml.safe_load(data.decode("utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise LoadError(f"invalid sidecar {SIDECAR_SUFFIX}: {exc}") from exc
-    return parse_groups(meta.get("groups")) if isinstance(meta, dict) else ()
+    except (yaml.YAMLError, UnicodeDecodeError):
+        return DocAccess(locked=True)
+    if not isinstance(meta, dict):
+        return DocAccess(locked=True) if meta is not None else None
+    groups = meta.get("groups")
+    return document_access(groups) if groups not in (None, [], "") else None
+
+
+def read_access(path: Path, sidecar: bytes | None) -> DocAccess:
+    """A document's access without parsing its body: the sidecar's groups, else Markdown front matter's."""
+    from_sidecar = sidecar_access(sidecar)
+    if from_sidecar is not None:
+        return from_sidecar
+    if SUPPORTED.get(path.suffix.lower()) is not load_markdown:  # the one format with front matter
+        return DocAccess()
+    try:
+        meta, _ = front_matter(decode_text(path.read_bytes()))
+    except LoadError:
+        return DocAccess(locked=True)
+    return document_access(meta.get("groups"))

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Protocol
 
 from ingest.manifest import Entry, Manifest
-from ingest.parse import ParsedDoc, sidecar_of
-from ingest.scan import FoundFile, content_hash, document_id, scan_path
+from ingest.parse import ParsedDoc
+from ingest.scan import FoundFile, content_hash, document_id, scan_path, sidecar_hash
 from rag.types import Chunk
 
 
@@ -21,7 +21,8 @@ class Task:
     found: FoundFile
     doc_id: str
     content_hash: str
-    action: str  # "add" | "update"
+    action: str  # "add" | "update" | "regroup" (same content, new access: relabel without embedding)
+    sidecar_hash: str = ""
 
 
 @dataclass(slots=True)
@@ -29,6 +30,7 @@ class Plan:
     """What a sync will do; computed without touching the store."""
 
     tasks: list[Task] = field(default_factory=list)
+    regroups: list[Task] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     deletions: list[Entry] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
@@ -41,18 +43,21 @@ class Report:
 
     added: int = 0
     updated: int = 0
+    regrouped: int = 0
     unchanged: int = 0
     deleted: int = 0
     skipped: int = 0
     failed: dict[str, str] = field(default_factory=dict)
+    locked: list[str] = field(default_factory=list)  # groups unreadable: stored, visible to no one but `*`
     chunks: int = 0
     seconds: float = 0.0
 
     def as_json(self) -> dict[str, object]:
         """The --json contract."""
         failed = [{"path": path, "error": error} for path, error in sorted(self.failed.items())]
-        return {"added": self.added, "updated": self.updated, "unchanged": self.unchanged,
-                "deleted": self.deleted, "skipped": self.skipped, "failed": failed,
+        return {"added": self.added, "updated": self.updated, "regrouped": self.regrouped,
+                "unchanged": self.unchanged, "deleted": self.deleted, "skipped": self.skipped, "failed": failed,
+                "locked": sorted(self.locked),
                 "chunks": self.chunks, "seconds": round(self.seconds, 3)}
 
 
@@ -97,20 +102,23 @@ def plan_sync(paths: Sequence[Path], manifest: Manifest, max_bytes: int, prune: 
 
 
 def _classify(plan: Plan, found: FoundFile, doc_id: str, entry: Entry | None) -> None:
-    # Same size and mtime as recorded, and no sidecar: trust the recorded hash (as rsync does).
-    if entry and (entry.size, entry.mtime_ns) == (found.size, found.mtime_ns) \
-            and not sidecar_of(found.path).exists():
-        plan.unchanged.append(found.source)
-        return
-    try:
-        digest = content_hash(found)
-    except OSError as exc:
-        plan.failed[found.source] = f"cannot read: {exc.strerror}"
-        return
-    if entry and entry.content_hash == digest:
-        plan.unchanged.append(found.source)
+    sidecar = sidecar_hash(found.path)
+    # Same size and mtime as recorded: trust the recorded hash (as rsync does).
+    if entry and (entry.size, entry.mtime_ns) == (found.size, found.mtime_ns):
+        digest = entry.content_hash
     else:
-        plan.tasks.append(Task(found, doc_id, digest, "update" if entry else "add"))
+        try:
+            digest = content_hash(found)
+        except OSError as exc:
+            plan.failed[found.source] = f"cannot read: {exc.strerror}"
+            return
+    if entry and entry.content_hash == digest:
+        if entry.access is None or entry.sidecar_hash != sidecar:
+            plan.regroups.append(Task(found, doc_id, digest, "regroup", sidecar))
+        else:
+            plan.unchanged.append(found.source)
+    else:
+        plan.tasks.append(Task(found, doc_id, digest, "update" if entry else "add", sidecar))
 
 
 def chunk_id(doc_id: str, digest: str, position: int) -> str:
@@ -123,6 +131,6 @@ def build_chunks(task: Task, parsed: ParsedDoc) -> list[Chunk]:
     return [
         Chunk(chunk_id=chunk_id(task.doc_id, task.content_hash, i), text=piece.text, source=task.found.source,
               doc_id=task.doc_id, content_hash=task.content_hash, position=i, page=piece.page,
-              headings=piece.headings, title=parsed.title, groups=parsed.groups)
+              headings=piece.headings, title=parsed.title, access=parsed.access)
         for i, piece in enumerate(parsed.pieces)
     ]

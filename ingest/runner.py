@@ -10,16 +10,17 @@ from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pebble import ProcessExpired, ProcessPool
 
 from ingest.loaders import LoadError
 from ingest.manifest import Entry, Manifest
-from ingest.parse import ChunkSpec, ParsedDoc, init_worker, parse_file, sidecar_of
+from ingest.parse import ChunkSpec, ParsedDoc, init_worker, parse_file, read_access, sidecar_of
 from ingest.pipeline import NoProgress, Plan, Progress, Report, Task, build_chunks
+from rag.access import DocAccess
 from rag.embedder import Embedder, Vectors
-from rag.store import ChromaStore
+from rag.index import Index
 from rag.types import Chunk
 
 IN_FLIGHT = 16  # files parsed ahead of the embedder
@@ -57,7 +58,7 @@ class Batch:
         return [chunk for _, _, chunks in self.docs for chunk in chunks]
 
 
-def run_sync(plan: Plan, embedder: Embedder | None, store: ChromaStore, manifest: Manifest, spec: ChunkSpec,
+def run_sync(plan: Plan, embedder: Embedder | None, store: Index, manifest: Manifest, spec: ChunkSpec,
              parse_timeout: float, progress: Progress | None = None, batch_chunks: int = 512) -> Report:
     """Carry out a plan; failures of single files are reported, never fatal; store errors are raised."""
     progress = progress or NoProgress()
@@ -73,6 +74,7 @@ def run_sync(plan: Plan, embedder: Embedder | None, store: ChromaStore, manifest
             writer.put(batch)
     finally:
         writer.close()
+    regroup(plan.regroups, store, manifest, report)
     for entry in plan.deletions:
         remove_document(store, manifest, entry)
         report.deleted += 1
@@ -81,7 +83,26 @@ def run_sync(plan: Plan, embedder: Embedder | None, store: ChromaStore, manifest
     return report
 
 
-def remove_document(store: ChromaStore, manifest: Manifest, entry: Entry) -> None:
+def regroup(tasks: list[Task], store: Index, manifest: Manifest, report: Report) -> None:
+    """Files whose content is unchanged but whose access may have changed (sidecar edited, or recorded before
+    access labels): read the groups alone and relabel the stored chunks, without parsing or embedding."""
+    entries = manifest.entries()
+    for task in tasks:
+        entry = entries[task.doc_id]
+        sidecar = sidecar_of(task.found.path)
+        access = read_access(task.found.path, sidecar.read_bytes() if sidecar.is_file() else None)
+        if access.label != entry.access:
+            ids = sorted(store.ids_of_document(task.doc_id) | set(entry.chunk_ids))
+            store.set_access(ids, access, DocAccess.from_label(entry.access).groups)
+            report.regrouped += 1
+        else:
+            report.unchanged += 1
+        if access.locked:
+            report.locked.append(task.found.source)
+        manifest.put(replace(entry, access=access.label, sidecar_hash=task.sidecar_hash))
+
+
+def remove_document(store: Index, manifest: Manifest, entry: Entry) -> None:
     """Delete a document's chunks (recorded and any strays a crash left) and forget it."""
     store.delete(sorted(store.ids_of_document(entry.doc_id) | set(entry.chunk_ids)))
     manifest.remove(entry.doc_id)
@@ -157,7 +178,7 @@ def _batch(docs: list[tuple[Task, ParsedDoc, list[Chunk]]], embedder: Embedder) 
 class _Writer:
     """A thread that stores batches while the next one is embedded; records each file once it is stored."""
 
-    def __init__(self, store: ChromaStore, manifest: Manifest, report: Report, progress: Progress) -> None:
+    def __init__(self, store: Index, manifest: Manifest, report: Report, progress: Progress) -> None:
         self._store, self._manifest, self._report, self._progress = store, manifest, report, progress
         self._queue: queue.Queue[Batch | None] = queue.Queue(maxsize=2)
         self._error: BaseException | None = None
@@ -195,7 +216,10 @@ class _Writer:
             self._store.delete(sorted(self._store.ids_of_document(task.doc_id) - set(ids)))
             found = task.found
             self._manifest.put(Entry(task.doc_id, found.root.as_posix(), found.source, task.content_hash,
-                                     found.size, found.mtime_ns, doc.title, ids))
+                                     found.size, found.mtime_ns, doc.title, ids, access=doc.access.label,
+                                     sidecar_hash=task.sidecar_hash))
+            if doc.access.locked:
+                self._report.locked.append(found.source)
             if task.action == "add":
                 self._report.added += 1
             else:

@@ -85,15 +85,18 @@ def _rel(path: Path, root: Path) -> str:
 
 
 def content_hash(found: FoundFile) -> str:
-    """SHA-256 of the file and of its metadata sidecar (a change in either re-ingests the file)."""
+    """SHA-256 of the file (its sidecar is hashed apart: a change there relabels chunks, it does not re-embed)."""
     digest = hashlib.sha256()
     with found.path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
-    sidecar = sidecar_of(found.path)
-    if sidecar.is_file():
-        digest.update(b"\0sidecar\0" + sidecar.read_bytes())
     return digest.hexdigest()
+
+
+def sidecar_hash(path: Path) -> str:
+    """SHA-256 of a document's metadata sidecar, or "" when it has none."""
+    sidecar = sidecar_of(path)
+    return hashlib.sha256(sidecar.read_bytes()).hexdigest() if sidecar.is_file() else ""
 
 
 def document_id(root: Path, source: str) -> str:

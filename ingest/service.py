@@ -13,7 +13,7 @@ from ingest.pipeline import Plan, Progress, Report, plan_sync
 from ingest.runner import remove_document, run_sync, warm_parsers
 from rag.config import Settings
 from rag.embedder import Embedder
-from rag.store import ChromaStore
+from rag.index import Index
 from rag.wiring import build_embedder, build_store, resolve_embed_model
 
 
@@ -42,7 +42,7 @@ def chunk_spec(settings: Settings, embedder: Embedder) -> ChunkSpec:
 
 
 def sync(paths: Sequence[Path], settings: Settings, *, prune: bool = True, progress: Progress | None = None,
-         embedder: Embedder | None = None, store: ChromaStore | None = None) -> tuple[Plan, Report]:
+         embedder: Embedder | None = None, store: Index | None = None) -> tuple[Plan, Report]:
     """Plan and run a sync of paths; the embedder is loaded only when some file needs embedding."""
     with ingest_lock(settings), open_manifest(settings) as manifest:
         plan = plan_sync(paths, manifest, settings.max_file_bytes, prune=prune)
@@ -70,7 +70,7 @@ def list_documents(settings: Settings) -> list[Entry]:
         return sorted(manifest, key=lambda entry: (entry.root, entry.source))
 
 
-def delete_document(doc_id: str, settings: Settings, store: ChromaStore) -> Entry | None:
+def delete_document(doc_id: str, settings: Settings, store: Index) -> Entry | None:
     """Remove one document's chunks and its manifest entry; None when the id is unknown."""
     with ingest_lock(settings), open_manifest(settings) as manifest:
         entry = manifest.entries().get(doc_id)

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from rag.access import Principal
 from rag.answer_types import Answer, Done, Event, Outcome, Retrieved, Sentence, Source, Timings, Token
 from rag.extract import Encoder, extract
 from rag.grounding import MIN_COVERAGE, RepetitionGuard, SupportChecker, Verdict, mentions_any, proper_names
@@ -112,11 +113,12 @@ class QueryEngine:
         zh = cjk_share(question)
         return self.refusal_threshold * (1 - zh) + self.refusal_threshold_cjk * zh
 
-    def stream(self, question: str, history: Sequence[Message] = (), top_k: int | None = None) -> Iterator[Event]:
-        """Retrieved excerpts, then checked answer text, then Done with the finished Answer."""
+    def stream(self, question: str, history: Sequence[Message] = (), top_k: int | None = None, *,
+               principal: Principal) -> Iterator[Event]:
+        """Retrieved excerpts the principal may see, then checked answer text, then Done with the finished Answer."""
         run = _Run(question, history, question_language(question), time.perf_counter())
         run.standalone = self.condense(question, history) if history else question
-        hits = self.retriever.search(run.standalone, top_k or self.top_k)
+        hits = self.retriever.search(run.standalone, top_k or self.top_k, principal)
         run.retrieve_ms, run.threshold = _ms(run.started), self.threshold_for(run.standalone)
         run.sure = confidence(hits[0].score if hits else None, run.threshold)
         run.hits = relevant(hits, run.threshold)
@@ -133,9 +135,10 @@ class QueryEngine:
         else:
             yield from self._generated(run)
 
-    def ask(self, question: str, history: Sequence[Message] = (), top_k: int | None = None) -> Answer:
+    def ask(self, question: str, history: Sequence[Message] = (), top_k: int | None = None, *,
+            principal: Principal) -> Answer:
         """The finished answer, without streaming."""
-        for event in self.stream(question, history, top_k):
+        for event in self.stream(question, history, top_k, principal=principal):
             if isinstance(event, Done):
                 return event.answer
         raise AssertionError("a stream always ends with Done")

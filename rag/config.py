@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from rag.access import AccessPolicy
 from rag.errors import ConfigError
 
 BUNDLED_EMBED_MODEL = "bundled:all-MiniLM-L6-v2"
@@ -40,6 +41,7 @@ class Settings(BaseSettings):
 
     escalate_below: float = Field(default=0.6, ge=0.0, le=1.0)
 
+    ungrouped: Literal["public", "private"] = "public"
     api_keys: str = Field(default="", repr=False)
     docs_dir: Path | None = None
     max_concurrent_generations: int = Field(default=64, ge=1)
@@ -91,6 +93,11 @@ class Settings(BaseSettings):
     def model_languages(self) -> frozenset[str]:
         """The languages the LLM writes well (RAG_LLM_LANGUAGES); questions in others get quoted answers."""
         return frozenset(part.strip().lower() for part in self.llm_languages.split(",") if part.strip())
+
+    @property
+    def access_policy(self) -> AccessPolicy:
+        """Who sees documents without groups (RAG_UNGROUPED)."""
+        return AccessPolicy(ungrouped_public=self.ungrouped == "public")
 
     @property
     def index_dir(self) -> Path:

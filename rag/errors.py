@@ -19,3 +19,25 @@ class EmptyIndex(RagError):
 
 class LLMUnavailable(RagError):
     """The LLM server cannot be reached or did not answer in time."""
+
+
+class Busy(RagError):
+    """Every generation slot stayed taken for the queue timeout: try again shortly."""
+
+    retry_after_s = 1
+
+
+class Forbidden(RagError):
+    """The principal's role does not allow this action (e.g. a reader uploading)."""
+
+
+class NotFound(RagError):
+    """No such thing that the principal may see (the same answer whether it exists or not)."""
+
+
+class Conflict(RagError):
+    """The action would overwrite something without being asked to (e.g. an upload over an existing document)."""
+
+
+class InvalidDocument(RagError):
+    """A file given to ingest cannot be read as a document (nothing stored changed)."""

@@ -2,6 +2,8 @@
 
 The tokens of every chunk live in a SQLite file next to the sync manifest, updated by each ingest (add, change,
 delete), so the index survives restarts; the BM25 matrix is rebuilt in memory when that file's revision changes.
+Each chunk's access label is stored beside its tokens: a search masks out what the caller may not see before any
+chunk is ranked, so the top k are all visible ones.
 """
 
 from __future__ import annotations
@@ -11,14 +13,17 @@ import re
 import sqlite3
 import threading
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from rag.access import DocAccess
 from rag.types import Chunk
+
+Admits = Callable[[str], bool]  # whether the caller may see chunks with this access label
 
 K1, B = 1.5, 0.75
 HAN_RANGE = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # CJK ideographs: extension A, unified, compatibility
@@ -34,7 +39,8 @@ _STOPWORDS_ZH = """的 了 是 在 和 与 或 我 你 他 她 它 们 这 那 �
 可以 什么 怎么 如何 为什么 哪 哪些 一个 有 没有 把 被 对 中 上 下 以 及 之 其 为 于"""
 STOPWORDS = frozenset(_STOPWORDS_EN.split()) | frozenset(_STOPWORDS_ZH.split())
 SCHEMA = """
-CREATE TABLE IF NOT EXISTS tokens (chunk_id TEXT PRIMARY KEY, doc_id TEXT NOT NULL, tokens TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tokens (chunk_id TEXT PRIMARY KEY, doc_id TEXT NOT NULL, tokens TEXT NOT NULL,
+                                   access TEXT);
 CREATE INDEX IF NOT EXISTS tokens_doc ON tokens (doc_id);
 CREATE TABLE IF NOT EXISTS revision (id INTEGER PRIMARY KEY CHECK (id = 1), value INTEGER NOT NULL);
 INSERT OR IGNORE INTO revision VALUES (1, 0);
@@ -102,8 +108,13 @@ class KeywordIndex:
         self._ids: list[str] = []
         self._position: dict[str, int] = {}
         self._idf: dict[str, float] = {}
+        self._labels: list[str] = []
+        self._by_label: dict[str, Any] = {}  # access label → positions holding it
         with self._connect() as db:
             db.executescript(SCHEMA)
+            columns = {row[1] for row in db.execute("PRAGMA table_info(tokens)")}
+            if "access" not in columns:  # an index from before access labels: NULL reads as locked until repaired
+                db.execute("ALTER TABLE tokens ADD COLUMN access TEXT")
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -118,10 +129,21 @@ class KeywordIndex:
 
     def add(self, chunks: Sequence[Chunk]) -> None:
         """Index (or re-index) chunks."""
-        rows = [(c.chunk_id, c.doc_id, " ".join(tokenize(c.text))) for c in chunks]
+        rows = [(c.chunk_id, c.doc_id, " ".join(tokenize(c.text)), c.access.label) for c in chunks]
         with self._connect() as db:
-            db.executemany("INSERT OR REPLACE INTO tokens VALUES (?, ?, ?)", rows)
+            db.executemany("INSERT OR REPLACE INTO tokens VALUES (?, ?, ?, ?)", rows)
             db.execute("UPDATE revision SET value = value + 1")
+
+    def set_access(self, chunk_ids: Sequence[str], access: DocAccess) -> None:
+        """Relabel chunks (a document's groups changed) without tokenizing them again."""
+        with self._connect() as db:
+            db.executemany("UPDATE tokens SET access = ? WHERE chunk_id = ?", [(access.label, i) for i in chunk_ids])
+            db.execute("UPDATE revision SET value = value + 1")
+
+    def unlabelled(self) -> list[str]:
+        """Chunks indexed before access labels existed (to be labelled from the vector store)."""
+        with self._connect() as db:
+            return [row[0] for row in db.execute("SELECT chunk_id FROM tokens WHERE access IS NULL")]
 
     def delete(self, chunk_ids: Sequence[str]) -> None:
         """Forget chunks (unknown ids are ignored)."""
@@ -146,22 +168,24 @@ class KeywordIndex:
         self._refresh()
         tokenize("预热")
 
-    def search(self, query: str, k: int, include: Sequence[str] = ()) -> list[KeywordHit]:
-        """The k chunks with the best BM25 scores for the query, best first, then the chunks named in `include`
-        (scored too, so that fusion knows their coverage even outside the top k)."""
+    def search(self, query: str, k: int, include: Sequence[str] = (), admits: Admits | None = None) -> list[KeywordHit]:
+        """The k chunks with the best BM25 scores for the query among those `admits` lets through (all when None),
+        best first, then the chunks named in `include` (scored too, so that fusion knows their coverage)."""
         self._refresh()
         terms = tokenize(query)
         if self._bm25 is None or not terms:
             return []
         import numpy as np
 
-        scores = self._bm25.get_scores(terms)
+        scores = self._bm25.get_scores(terms, weight_mask=self._mask(admits))
         best = min(k, int(np.count_nonzero(scores)))
         part = np.argpartition(-scores, best - 1)[:best] if best else np.array([], dtype=int)
         top: list[int] = [int(i) for i in part[np.argsort(-scores[part])]]
         chosen = set(top)
         top += [i for i in (self._position.get(chunk_id) for chunk_id in include) if i is not None and i not in chosen]
         ceiling = self.query_ceiling(terms)
+        if admits is not None:  # ids the caller named are checked too: nothing invisible leaves this method
+            top = [i for i in top if admits(self._labels[i])]
         return [KeywordHit(self._ids[i], float(scores[i]), float(scores[i]) / ceiling) for i in top]
 
     def query_ceiling(self, terms: Sequence[str]) -> float:
@@ -172,6 +196,18 @@ class KeywordIndex:
         seen count at the highest idf, so questions about absent things cover little."""
         unseen = math.log(1 + (len(self._ids) + 0.5) / 0.5)
         return sum(self._idf.get(term, unseen) for term in terms) or 1.0
+
+    def _mask(self, admits: Admits | None) -> Any:
+        """1.0 where the caller may see the chunk, else 0.0 (None: everything is visible)."""
+        if admits is None:
+            return None
+        import numpy as np
+
+        mask = np.zeros(len(self._ids), dtype=np.float32)
+        for label, positions in self._by_label.items():
+            if admits(label):
+                mask[positions] = 1.0
+        return mask
 
     def _refresh(self) -> None:
         revision = self.revision()
@@ -186,8 +222,12 @@ class KeywordIndex:
         import bm25s
 
         with self._connect() as db:
-            rows = db.execute("SELECT chunk_id, tokens FROM tokens ORDER BY chunk_id").fetchall()
+            rows = db.execute("SELECT chunk_id, tokens, access FROM tokens ORDER BY chunk_id").fetchall()
         ids = [row[0] for row in rows]
+        labels = [DocAccess.from_label(row[2]).label for row in rows]  # NULL or unknown: locked
+        by_label: dict[str, list[int]] = {}
+        for position, label in enumerate(labels):
+            by_label.setdefault(label, []).append(position)
         corpus = [row[1].split() or [""] for row in rows]
         df = Counter(term for tokens in corpus for term in set(tokens))
         self._idf = {term: math.log(1 + (len(ids) - n + 0.5) / (n + 0.5)) for term, n in df.items()}
@@ -195,4 +235,7 @@ class KeywordIndex:
         if ids:
             bm25 = bm25s.BM25(k1=K1, b=B, method="lucene")
             bm25.index(corpus, show_progress=False)
+        import numpy as np
+
         self._bm25, self._ids, self._position = bm25, ids, {chunk_id: i for i, chunk_id in enumerate(ids)}
+        self._labels, self._by_label = labels, {label: np.asarray(p) for label, p in by_label.items()}

@@ -4,19 +4,27 @@ The fused score of a chunk is `w·cosine + (1−w)·coverage`, where coverage is
 chunk could get for the question (0–1). Both parts are absolute, so the refusal threshold can work on the fused
 score. The dense weight `w` depends on the question's language (the offline English embedder, MiniLM, is close to
 random on Chinese, so Chinese questions lean on keywords) and on how clearly the keywords single out a chunk.
+
+Access is enforced inside both searches (a Chroma `where` filter, a BM25 mask), never by dropping hits afterwards,
+so the top k are full whenever enough visible chunks exist; every hit is checked once more before it leaves.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, Protocol
 
+from rag.access import AccessPolicy, Principal
 from rag.embedder import Embedder
 from rag.errors import EmptyIndex
-from rag.keyword import KeywordHit, cjk_share
-from rag.store import ChromaStore
+from rag.index import DenseIndex, Index, KeywordSearch
+from rag.keyword import Admits, KeywordHit, cjk_share
 from rag.types import Hit
+
+log = logging.getLogger("rag.retrieve")
 
 Mode = Literal["hybrid", "dense", "keyword"]
 CANDIDATES = 20  # per side, before fusion
@@ -69,39 +77,53 @@ def fuse(dense: Sequence[Hit], keyword: Sequence[KeywordHit], extra: Sequence[Hi
 
 
 class Retriever:
-    """Finds the chunks that best answer a question."""
+    """Finds the chunks that best answer a question, among those the asking principal may see."""
 
-    def __init__(self, embedder: Embedder, store: ChromaStore, mode: Mode = "hybrid", fusion: Fusion = Fusion(),
-                 reranker: Reranker | None = None) -> None:
+    def __init__(self, embedder: Embedder, index: Index, mode: Mode = "hybrid", fusion: Fusion = Fusion(),
+                 reranker: Reranker | None = None, policy: AccessPolicy = AccessPolicy()) -> None:
         self._embedder = embedder
-        self._store = store
-        self.mode: Mode = mode if store.keyword is not None else "dense"
+        self._dense: DenseIndex = index.dense
+        self._keyword: KeywordSearch | None = index.keyword
+        self.mode: Mode = mode if index.keyword is not None else "dense"
         self.fusion = fusion
         self._reranker = reranker
+        self.policy = policy
 
     def warm(self) -> None:
         """Build the keyword side's in-memory index ahead of the first question (seconds at 100k chunks)."""
-        if self.mode != "dense" and self._store.keyword is not None:
-            self._store.keyword.warm()
+        if self.mode != "dense" and self._keyword is not None:
+            self._keyword.warm()
 
-    def search(self, question: str, k: int) -> list[Hit]:
-        """The k best chunks for a question, best first; EmptyIndex when nothing was ingested."""
-        hits = self._candidates(question, max(k, CANDIDATES) if self.mode != "dense" else k)
+    def search(self, question: str, k: int, principal: Principal) -> list[Hit]:
+        """The k best chunks the principal may see, best first; EmptyIndex when nothing was ingested."""
+        hits = [] if self.policy.sees_nothing(principal) else \
+            self._candidates(question, max(k, CANDIDATES) if self.mode != "dense" else k, principal)
         # Counting only when nothing came back keeps the store round trip off every normal query.
-        if not hits and self._store.count() == 0:
-            raise EmptyIndex(f"collection {self._store.name!r} is empty: run `rag-ingest PATH` first")
+        if not hits and self._dense.count() == 0:
+            raise EmptyIndex(f"collection {self._dense.name!r} is empty: run `rag-ingest PATH` first")
         if self._reranker is not None:
             hits = self._reranker.rerank(question, hits)
-        return hits[:k]
+        return self._visible(hits, principal)[:k]
 
-    def _candidates(self, question: str, n: int) -> list[Hit]:
+    def _visible(self, hits: list[Hit], principal: Principal) -> list[Hit]:
+        # The filters above already did this; a hit failing here means a store and its labels disagree.
+        visible = [hit for hit in hits if self.policy.label_allows(principal, hit.access)]
+        if len(visible) < len(hits):
+            log.error("dropped %d hits outside %s's groups: the index labels disagree", len(hits) - len(visible),
+                      principal.name)
+        return visible
+
+    def _candidates(self, question: str, n: int, principal: Principal) -> list[Hit]:
         query = self._embedder.embed_query(question)
-        if self.mode == "dense":
-            return self._store.search(query, n)
-        assert self._store.keyword is not None
-        dense = self._store.search(query, n) if self.mode == "hybrid" else []
-        keyword = self._store.keyword.search(question, n, include=[hit.chunk_id for hit in dense])
+        where = self.policy.where(principal)
+        if self.mode == "dense" or self._keyword is None:
+            return self._dense.search(query, n, where)
+        admits: Admits | None = None if principal.all_groups else functools.partial(self.policy.label_allows,
+                                                                                      principal)
+        dense = self._dense.search(query, n, where) if self.mode == "hybrid" else []
+        keyword = self._keyword.search(question, n, include=[hit.chunk_id for hit in dense], admits=admits)
         seen = {hit.chunk_id for hit in dense}
-        extra = self._store.fetch([hit.chunk_id for hit in keyword if hit.chunk_id not in seen], query)
+        extra = self._dense.fetch([hit.chunk_id for hit in keyword if hit.chunk_id not in seen], query, where)
         weight = self.fusion.dense_share(question, keyword) if self.mode == "hybrid" else 0.0
         return fuse(dense, keyword, extra, weight)
+

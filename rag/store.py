@@ -1,19 +1,20 @@
-"""Chroma collection access (embedded PersistentClient or a Chroma server): upsert, search, delete.
+"""Chroma collection access (embedded PersistentClient or a Chroma server): upsert, search, delete, relabel.
 
-Every write is mirrored into the keyword index when one is attached, so dense and keyword search see the same
-chunks whichever edge (CLI, API upload, sync) wrote them.
+This is the seam to Chroma: every failure of a call into it leaves as StoreUnavailable (503 store_unavailable at
+the API), never as a bare driver error. Searches take a `where` filter built by rag.access from the principal.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rag.access import DocAccess
 from rag.embedder import Vectors
-from rag.errors import ConfigError, StoreUnavailable
-from rag.keyword import KeywordIndex
+from rag.errors import ConfigError, RagError, StoreUnavailable
 from rag.types import Chunk, Hit
 
 if TYPE_CHECKING:
@@ -21,16 +22,27 @@ if TYPE_CHECKING:
     from chromadb.api.models.Collection import Collection
 
 
+@contextmanager
+def _chroma(action: str) -> Iterator[None]:
+    """Chroma raises many transport and database types: one named error for all, with what was being done."""
+    try:
+        yield
+    except RagError:
+        raise
+    except Exception as exc:
+        raise StoreUnavailable(f"Chroma failed to {action}: {type(exc).__name__}: {exc}") from exc
+
+
 class ChromaStore:
     """One Chroma collection in cosine space; embeddings are always computed by us, never by Chroma."""
 
-    def __init__(self, client: ClientAPI, name: str, embed_model: str, keyword: KeywordIndex | None = None) -> None:
+    def __init__(self, client: ClientAPI, name: str, embed_model: str) -> None:
         self._client = client
         self.name = name
         self.embed_model = embed_model
-        self.keyword = keyword
         self._collection = self._open(name, embed_model)
-        self._max_batch = max(1, int(client.get_max_batch_size()))
+        with _chroma("report its batch size"):
+            self._max_batch = max(1, int(client.get_max_batch_size()))
 
     def _open(self, name: str, embed_model: str) -> Collection:
         try:
@@ -59,71 +71,80 @@ class ChromaStore:
 
     def count(self) -> int:
         """Number of chunks in the collection."""
-        return int(self._collection.count())
+        with _chroma("count chunks"):
+            return int(self._collection.count())
 
     def upsert(self, chunks: Sequence[Chunk], vectors: Vectors) -> None:
         """Insert or replace chunks with their embeddings, in batches the server accepts."""
         for start in range(0, len(chunks), self._max_batch):
             part = chunks[start : start + self._max_batch]
-            self._collection.upsert(
-                ids=[c.chunk_id for c in part],
-                embeddings=vectors[start : start + len(part)],
-                metadatas=[c.metadata() for c in part],
-                documents=[c.text for c in part],
-            )
-        if self.keyword is not None:
-            self.keyword.add(chunks)
+            with _chroma("store chunks"):
+                self._collection.upsert(
+                    ids=[c.chunk_id for c in part],
+                    embeddings=vectors[start : start + len(part)],
+                    metadatas=[c.metadata() for c in part],
+                    documents=[c.text for c in part],
+                )
+
+    def set_access(self, ids: Sequence[str], access: DocAccess, previous: tuple[str, ...] = ()) -> None:
+        """Relabel stored chunks with a document's new access, without embedding anything again."""
+        meta = access.metadata(previous)
+        for start in range(0, len(ids), self._max_batch):
+            part = list(ids[start : start + self._max_batch])
+            with _chroma("relabel chunks"):
+                self._collection.update(ids=part, metadatas=[meta] * len(part))
 
     def ids_of_document(self, doc_id: str) -> set[str]:
         """Ids of every chunk stored for one document."""
-        found = self._collection.get(where={"doc_id": doc_id}, include=[])
+        with _chroma("list a document's chunks"):
+            found = self._collection.get(where={"doc_id": doc_id}, include=[])
         return set(found["ids"])
 
     def delete(self, ids: Sequence[str]) -> None:
         """Remove chunks by id (missing ids are ignored)."""
         for start in range(0, len(ids), self._max_batch):
-            self._collection.delete(ids=list(ids[start : start + self._max_batch]))
-        if self.keyword is not None:
-            self.keyword.delete(ids)
+            with _chroma("delete chunks"):
+                self._collection.delete(ids=list(ids[start : start + self._max_batch]))
 
     def all_ids(self) -> set[str]:
         """Every chunk id in the collection (for consistency checks and tests)."""
-        return set(self._collection.get(include=[])["ids"])
+        with _chroma("list chunk ids"):
+            return set(self._collection.get(include=[])["ids"])
 
-    def fetch(self, ids: Sequence[str], query: Vectors) -> list[Hit]:
-        """Chunks by id, scored by cosine similarity to a normalized query vector (for keyword-only finds)."""
+    def fetch(self, ids: Sequence[str], query: Vectors, where: dict[str, Any] | None = None) -> list[Hit]:
+        """Chunks by id (those the filter admits), scored by cosine similarity to a normalized query vector."""
         if not ids:
             return []
-        found = self._collection.get(ids=list(ids), include=["documents", "metadatas", "embeddings"])
-        vectors = np.asarray(found["embeddings"], dtype=np.float32)
+        with _chroma("fetch chunks"):
+            found = self._collection.get(ids=list(ids), where=where,
+                                         include=["documents", "metadatas", "embeddings"])
+        vectors = np.asarray(found["embeddings"], dtype=np.float32).reshape(-1, len(query))
         similarity = vectors @ np.asarray(query, dtype=np.float32)
         docs, metas = found["documents"] or [], found["metadatas"] or []
         return [_hit(i, d, m, 1.0 - float(s)) for i, d, m, s in zip(found["ids"], docs, metas, similarity, strict=True)]
 
-    def sync_keyword(self) -> tuple[int, int]:
-        """Bring the keyword index in line with the collection (after a crash, or for an index built before it
-        existed): (chunks added, chunks removed)."""
-        if self.keyword is None:
-            return 0, 0
-        stored, indexed = self.all_ids(), self.keyword.ids()
-        missing, extra = sorted(stored - indexed), sorted(indexed - stored)
-        for start in range(0, len(missing), self._max_batch):
-            found = self._collection.get(ids=missing[start : start + self._max_batch],
-                                         include=["documents", "metadatas"])
-            self.keyword.add([Chunk(i, d or "", "", str((m or {}).get("doc_id", "")), "", 0)
-                              for i, d, m in zip(found["ids"], found["documents"] or [], found["metadatas"] or [],
-                                                 strict=True)])
-        self.keyword.delete(extra)
-        return len(missing), len(extra)
+    def chunks(self, ids: Sequence[str]) -> list[Chunk]:
+        """Stored chunks by id, with text, document and access (to rebuild the keyword index from)."""
+        out = []
+        for start in range(0, len(ids), self._max_batch):
+            with _chroma("read chunks"):
+                found = self._collection.get(ids=list(ids[start : start + self._max_batch]),
+                                             include=["documents", "metadatas"])
+            for i, text, meta in zip(found["ids"], found["documents"] or [], found["metadatas"] or [], strict=True):
+                meta = dict(meta or {})
+                out.append(Chunk(i, text or "", str(meta.get("source", "")), str(meta.get("doc_id", "")), "", 0,
+                                 access=DocAccess.from_metadata(meta)))
+        return out
 
     def search(self, query: Vectors, k: int, where: dict[str, Any] | None = None) -> list[Hit]:
-        """The k chunks closest to a normalized query vector, best first."""
-        result = self._collection.query(
-            query_embeddings=np.asarray([query], dtype=np.float32),
-            n_results=k,
-            where=where,
-            include=["documents", "metadatas", "distances"],
-        )
+        """The k chunks closest to a normalized query vector that the filter admits, best first."""
+        with _chroma("search"):
+            result = self._collection.query(
+                query_embeddings=np.asarray([query], dtype=np.float32),
+                n_results=k,
+                where=where,
+                include=["documents", "metadatas", "distances"],
+            )
         ids = result["ids"][0]
         docs = (result["documents"] or [[]])[0]
         metas = (result["metadatas"] or [[]])[0]
@@ -143,4 +164,5 @@ def _hit(chunk_id: str, text: str | None, meta: Any, distance: float) -> Hit:
         headings=str(meta.get("headings", "")),
         title=str(meta.get("title", "")),
         doc_id=str(meta.get("doc_id", "")),
+        access=DocAccess.from_metadata(meta).label,
     )

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rag.access import DocAccess
+
 
 @dataclass(frozen=True, slots=True)
 class Chunk:
@@ -18,19 +20,18 @@ class Chunk:
     page: int | None = None
     headings: tuple[str, ...] = ()
     title: str = ""
-    groups: tuple[str, ...] = ()
+    access: DocAccess = DocAccess()
 
-    def metadata(self) -> dict[str, str | int]:
+    def metadata(self) -> dict[str, str | int | bool]:
         """Flat metadata for the vector store (Chroma accepts scalars only)."""
-        meta: dict[str, str | int] = {
+        meta: dict[str, str | int | bool] = {
             "source": self.source,
             "doc_id": self.doc_id,
             "content_hash": self.content_hash,
             "position": self.position,
             "headings": " > ".join(self.headings),
             "title": self.title,
-            # Groups joined with bars so a where-clause can test "|group|" membership later.
-            "groups": "|" + "|".join(self.groups) + "|" if self.groups else "",
+            **self.access.metadata(),
         }
         if self.page is not None:
             meta["page"] = self.page
@@ -49,4 +50,5 @@ class Hit:
     headings: str = ""
     title: str = ""
     doc_id: str = ""
+    access: str = ""  # the stored access label (rag.access.DocAccess.label), checked again before any exit
     extra: dict[str, str | int | float] = field(default_factory=dict)

@@ -12,6 +12,7 @@ from rag.config import BUNDLED_EMBED_MODEL, Settings
 from rag.embedder import Embedder
 from rag.errors import ConfigError, StoreUnavailable
 from rag.feedback import FeedbackStore
+from rag.index import Index
 from rag.keyword import KeywordIndex
 from rag.llm import LLM
 from rag.rerank import CrossEncoderReranker
@@ -97,10 +98,11 @@ def build_chroma_client(settings: Settings) -> ClientAPI:
         raise StoreUnavailable(f"cannot reach the Chroma server at {settings.chroma_url}: {exc}") from exc
 
 
-def build_store(settings: Settings, client: ClientAPI | None = None) -> ChromaStore:
+def build_store(settings: Settings, client: ClientAPI | None = None) -> Index:
     """The configured collection, opened on the given or a freshly built Chroma client, with its keyword index."""
     keyword = KeywordIndex(settings.index_dir / "keyword" / f"{settings.collection}.sqlite3")
-    return ChromaStore(client or build_chroma_client(settings), settings.collection, settings.embed_model, keyword)
+    return Index(ChromaStore(client or build_chroma_client(settings), settings.collection, settings.embed_model),
+                 keyword)
 
 
 def build_llm(settings: Settings) -> LLM:
@@ -127,15 +129,15 @@ def build_reranker(settings: Settings) -> CrossEncoderReranker | None:
     return CrossEncoderReranker(model)
 
 
-def build_retriever(settings: Settings, embedder: Embedder | None = None,
-                    store: ChromaStore | None = None) -> Retriever:
-    """Dense, keyword or hybrid retrieval (RAG_RETRIEVAL_MODE) with the fusion weights and reranker from settings."""
+def build_retriever(settings: Settings, embedder: Embedder | None = None, store: Index | None = None) -> Retriever:
+    """Dense, keyword or hybrid retrieval (RAG_RETRIEVAL_MODE) with the fusion weights, reranker and access policy
+    from settings."""
     fusion = Fusion(settings.hybrid_dense_weight, settings.hybrid_dense_weight_cjk)
     return Retriever(embedder or build_embedder(settings), store or build_store(settings), settings.retrieval_mode,
-                     fusion, build_reranker(settings))
+                     fusion, build_reranker(settings), settings.access_policy)
 
 
-def build_engine(settings: Settings, embedder: Embedder | None = None, store: ChromaStore | None = None,
+def build_engine(settings: Settings, embedder: Embedder | None = None, store: Index | None = None,
                  llm: LLM | None = None) -> QueryEngine:
     """The query path wired from settings (parts may be passed in, e.g. shared by an app)."""
     embedder = embedder or build_embedder(settings)

@@ -74,10 +74,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture(scope="session")
-def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChromaServer]:
-    """Started once per session; each test gets its own collection on it."""
-    folder = tmp_path_factory.mktemp("chroma-server")
+def start_chroma(folder: Path) -> ChromaServer:
+    """A `chroma run` process storing under folder, answering its heartbeat."""
+    folder.mkdir(parents=True, exist_ok=True)
     port = free_port()
     chroma = Path(sys.executable).parent / "chroma"
     with (folder / "chroma.log").open("wb") as log:
@@ -94,7 +93,15 @@ def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChromaSe
     else:
         process.terminate()
         raise AssertionError(f"chroma run did not start: {(folder / 'chroma.log').read_text()[-2000:]}")
-    yield ChromaServer(url, process)
+    return ChromaServer(url, process)
+
+
+@pytest.fixture(scope="session")
+def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChromaServer]:
+    """Started once per session; each test gets its own collection on it."""
+    server = start_chroma(tmp_path_factory.mktemp("chroma-server"))
+    yield server
+    process = server.process
     process.terminate()
     process.wait(timeout=30)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from ingest import service
+from rag.access import LOCAL_OPERATOR as ALL
 from rag.answer import Done, QueryEngine, Retrieved, Token
 from rag.config import Settings
 from rag.errors import EmptyIndex, LLMUnavailable
@@ -34,7 +35,7 @@ def test_answer_streams_checked_sentences_with_repaired_citations(retriever: Ret
     # The model cites [2] (the VPN page) for a leave fact and invents [7]: both are replaced by the real source.
     server = FakeLLMServer(lambda messages: "Staff get 25 days of annual leave per year [2][7].")
     engine = QueryEngine(retriever, server.llm(), top_k=2, refusal_threshold=0.1)
-    events = list(engine.stream("How many days of annual leave do staff get?"))
+    events = list(engine.stream("How many days of annual leave do staff get?", principal=ALL))
     assert isinstance(events[0], Retrieved)
     assert [e.text for e in events if isinstance(e, Token)] == ["Staff get 25 days of annual leave per year [1]."]
     answer = events[-1].answer if isinstance(events[-1], Done) else None
@@ -63,9 +64,9 @@ LEAVE = "How many days of annual leave do staff get?"
 def test_unsupported_sentences_are_withheld_in_generate_mode(retriever: Retriever) -> None:
     reply = "Staff get 25 days of annual leave per year. Unused days expire in March 2031."
     engine = QueryEngine(retriever, FakeLLMServer(lambda m: reply).llm(), 2, 0.1, mode="generate")
-    events = list(engine.stream(LEAVE))
+    events = list(engine.stream(LEAVE, principal=ALL))
     assert "".join(e.text for e in events if isinstance(e, Token)) == "Staff get 25 days of annual leave per year [1]."
-    answer = engine.ask(LEAVE)
+    answer = engine.ask(LEAVE, principal=ALL)
     assert (answer.mode, answer.grounded) == ("generated", 0.5)
     assert [(s.text, s.reason) for s in answer.withheld] == [("Unused days expire in March 2031.", "number")]
     assert "2031" not in str(answer.as_json())  # a withheld draft never leaves the server as text
@@ -79,7 +80,7 @@ def test_unsupported_sentences_are_withheld_in_generate_mode(retriever: Retrieve
     ("Please ask the manager about it " * 30, "loop"),
 ])
 def test_auto_mode_quotes_the_documents_when_the_draft_fails(retriever: Retriever, reply: str, fallback: str) -> None:
-    answer = QueryEngine(retriever, FakeLLMServer(lambda m: reply).llm(), 2, 0.1).ask(LEAVE)
+    answer = QueryEngine(retriever, FakeLLMServer(lambda m: reply).llm(), 2, 0.1).ask(LEAVE, principal=ALL)
     assert (answer.mode, answer.fallback, answer.answerable) == ("extracted", fallback, True)
     assert answer.text == "From the documents (quoted):\n“Staff get 25 days of annual leave per year.” [1]"
     assert answer.cited and answer.shown_sentences[0].sources == (1,)
@@ -88,7 +89,7 @@ def test_auto_mode_quotes_the_documents_when_the_draft_fails(retriever: Retrieve
 
 def test_generate_mode_never_quotes_and_says_when_nothing_was_supported(retriever: Retriever) -> None:
     engine = QueryEngine(retriever, FakeLLMServer(lambda m: "Ask your manager.").llm(), 2, 0.1, mode="generate")
-    answer = engine.ask(LEAVE)
+    answer = engine.ask(LEAVE, principal=ALL)
     assert (answer.mode, answer.answerable, answer.fallback) == ("refused", False, "withheld")
     assert answer.text.startswith("I could not write an answer that the documents support")
     assert [s.hit.source for s in answer.sources] == ["hr/leave.md"]
@@ -96,46 +97,47 @@ def test_generate_mode_never_quotes_and_says_when_nothing_was_supported(retrieve
 
 def test_extract_mode_does_not_call_the_llm(retriever: Retriever) -> None:
     server = FakeLLMServer(lambda m: "unused")
-    answer = QueryEngine(retriever, server.llm(), 2, 0.1, mode="extract").ask(LEAVE)
+    answer = QueryEngine(retriever, server.llm(), 2, 0.1, mode="extract").ask(LEAVE, principal=ALL)
     assert (answer.mode, answer.fallback, server.requests) == ("extracted", "setting", [])
     assert "“Staff get 25 days of annual leave per year.” [1]" in answer.text
 
 
 def test_loops_stop_generation_but_keep_the_checked_sentences(retriever: Retriever) -> None:
     reply = "Staff get 25 days of annual leave per year. " + "Leave leave leave leave " * 40
-    answer = QueryEngine(retriever, FakeLLMServer(lambda m: reply).llm(), 2, 0.1, mode="generate").ask(LEAVE)
+    engine = QueryEngine(retriever, FakeLLMServer(lambda m: reply).llm(), 2, 0.1, mode="generate")
+    answer = engine.ask(LEAVE, principal=ALL)
     assert (answer.mode, answer.loop, answer.text) == ("generated", True,
                                                        "Staff get 25 days of annual leave per year [1].")
 
 
 def test_markup_in_the_draft_is_removed_and_its_words_checked(retriever: Retriever) -> None:
     reply = "<b>Staff</b> get 25 days of annual leave per year.<script>alert(1)</script>"
-    answer = QueryEngine(retriever, FakeLLMServer(lambda m: reply).llm(), 2, 0.1).ask(LEAVE)
+    answer = QueryEngine(retriever, FakeLLMServer(lambda m: reply).llm(), 2, 0.1).ask(LEAVE, principal=ALL)
     assert (answer.mode, answer.text) == ("generated", "Staff get 25 days of annual leave per year [1].")
 
 
 def test_model_refusal_is_overruled_only_when_the_excerpts_clearly_answer(retriever: Retriever) -> None:
-    sure = QueryEngine(retriever, FakeLLMServer(lambda m: REFUSAL).llm(), 2, 0.1).ask(LEAVE)
+    sure = QueryEngine(retriever, FakeLLMServer(lambda m: REFUSAL).llm(), 2, 0.1).ask(LEAVE, principal=ALL)
     assert (sure.mode, sure.fallback) == ("extracted", "refusal")
     best = sure.sources[0].hit.score
-    unsure = QueryEngine(retriever, FakeLLMServer(lambda m: REFUSAL).llm(), 2, best - 0.05).ask(LEAVE)
+    unsure = QueryEngine(retriever, FakeLLMServer(lambda m: REFUSAL).llm(), 2, best - 0.05).ask(LEAVE, principal=ALL)
     assert (unsure.mode, unsure.text, unsure.answerable) == ("refused", REFUSAL, False)
 
 
 def test_question_about_things_no_excerpt_names_is_refused(retriever: Retriever) -> None:
     server = FakeLLMServer(lambda messages: "should not be called")
     engine = QueryEngine(retriever, server.llm(), 2, -1.0)
-    answer = engine.ask("How many leave days do Windows users get at Microsoft Office?")
+    answer = engine.ask("How many leave days do Windows users get at Microsoft Office?", principal=ALL)
     assert (answer.mode, answer.answerable, server.requests) == ("refused", False, [])
-    assert QueryEngine(retriever, server.llm(), 2, -1.0, mode="extract").ask(LEAVE).mode == "extracted"
+    assert QueryEngine(retriever, server.llm(), 2, -1.0, mode="extract").ask(LEAVE, principal=ALL).mode == "extracted"
 
 
 def test_low_retrieval_score_refuses_without_calling_the_llm(retriever: Retriever) -> None:
     server = FakeLLMServer(lambda messages: "should not be called")
     engine = QueryEngine(retriever, server.llm(), top_k=2, refusal_threshold=0.99)
-    answer = engine.ask("What is the boiling point of mercury?")
+    answer = engine.ask("What is the boiling point of mercury?", principal=ALL)
     assert (answer.text, answer.answerable, answer.sources, answer.mode) == (REFUSAL, False, [], "refused")
-    assert engine.ask("水银的沸点是多少？").text == "文档中没有找到相关内容。"
+    assert engine.ask("水银的沸点是多少？", principal=ALL).text == "文档中没有找到相关内容。"
     assert server.requests == []
 
 
@@ -148,7 +150,7 @@ def test_follow_up_is_condensed_for_retrieval_and_answered_with_history(retrieve
     server = FakeLLMServer(reply)
     history: list[Message] = [{"role": "user", "content": "Tell me about the VPN."},
                               {"role": "assistant", "content": "It gives access to the intranet [1]."}]
-    answer = QueryEngine(retriever, server.llm(), 1, 0.0).ask("How do I connect to it?", history)
+    answer = QueryEngine(retriever, server.llm(), 1, 0.0).ask("How do I connect to it?", history, principal=ALL)
     assert answer.standalone_question == "How do I connect to the VPN?"
     assert answer.sources[0].hit.source == "it/vpn.md"
     final = server.requests[1]["messages"]
@@ -160,10 +162,10 @@ def test_unreachable_llm_names_the_base_url(retriever: Retriever, settings: Sett
     dead = settings.model_copy(update={"llm_base_url": "http://127.0.0.1:9/v1", "llm_connect_timeout_s": 1.0})
     engine = QueryEngine(retriever, build_llm(dead), 2, 0.0)
     with pytest.raises(LLMUnavailable, match=r"http://127.0.0.1:9/v1.*RAG_LLM_BASE_URL"):
-        engine.ask("How many leave days?")
+        engine.ask("How many leave days?", principal=ALL)
 
 
 def test_empty_index_says_to_ingest(settings: Settings, embedder: CountingEmbedder) -> None:
     engine = QueryEngine(Retriever(embedder, build_store(settings)), FakeLLMServer(lambda m: "").llm())
     with pytest.raises(EmptyIndex, match="rag-ingest"):
-        engine.ask("anything")
+        engine.ask("anything", principal=ALL)

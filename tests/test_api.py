@@ -12,20 +12,20 @@ import pytest
 from fastapi.testclient import TestClient
 
 from ingest import service
-from rag.answer import QueryEngine
 from rag.config import Settings
+from rag.errors import Busy, ConfigError
 from rag.prompt import REFUSAL
-from rag.retrieve import Retriever
-from rag.wiring import build_llm, build_store
+from rag.wiring import build_llm
 from tests.conftest import CountingEmbedder
 from tests.docs_factory import pdf_bytes
 from tests.fake_llm import FakeLLMServer
 from ui.api.app import create_app
-from ui.api.auth import parse_api_keys
-from ui.api.errors import ApiError
-from ui.api.services import Gate, Services
+from ui.serving.principals import parse_api_keys
+from ui.serving.services import Gate, build_services
 
 MakeClient = Callable[..., TestClient]
+ADMIN_KEY, READER_KEY = "admin-key-0123456789", "reader-key-0123456789"
+ADMIN, READER = {"Authorization": f"Bearer {ADMIN_KEY}"}, {"Authorization": f"Bearer {READER_KEY}"}
 
 
 @pytest.fixture
@@ -34,17 +34,16 @@ def make_client(settings: Settings, embedder: CountingEmbedder) -> Iterator[Make
 
     def make(reply: str = "Staff get 25 days of annual leave [1].", llm_url: str | None = None, **changes: object
              ) -> TestClient:
-        local = settings.model_copy(update={"refusal_threshold": 0.2, **changes})
+        """A client over the real wiring (fakes go in through build_services); it sends the admin key."""
+        keys = f"{ADMIN_KEY}:*:admin,{READER_KEY}"
+        local = settings.model_copy(update={"refusal_threshold": 0.2, "api_keys": keys, **changes})
         local.documents_dir.mkdir(parents=True, exist_ok=True)
         (local.documents_dir / "leave.md").write_text("# Leave\nStaff get 25 days of annual leave per year.\n")
         (local.documents_dir / "vpn.md").write_text("# VPN\nInstall WireGuard to reach the intranet.\n")
         service.sync([local.documents_dir], local, embedder=embedder)
-        store = build_store(local)
         llm = build_llm(local.model_copy(update={"llm_base_url": llm_url})) if llm_url else \
             FakeLLMServer(lambda _: reply).llm()
-        engine = QueryEngine(Retriever(embedder, store), llm, local.top_k, local.refusal_threshold)
-        services = Services(local, embedder, store, engine, parse_api_keys(local.api_keys))
-        client = TestClient(create_app(local, services))
+        client = TestClient(create_app(local, build_services(local, embedder=embedder, llm=llm)), headers=ADMIN)
         clients.append(client)
         return client
 
@@ -113,17 +112,62 @@ def test_openai_compatible_chat_and_models(make_client: MakeClient) -> None:
 
 
 def test_api_keys(make_client: MakeClient) -> None:
-    client = make_client(api_keys="k-one, k-two:hr|finance")
+    one, two = "k-one-0123456789abc", "k-two-0123456789abc"
+    client = make_client(api_keys=f"{one}, {two}:hr|finance")
     question = {"question": "Annual leave?"}
-    missing = client.post("/v1/ask", json=question)
+    missing = client.post("/v1/ask", json=question, headers={"Authorization": ""})
     assert missing.status_code == 401 and missing.json()["error"]["type"] == "unauthorized"
     wrong = client.post("/v1/ask", json=question, headers={"Authorization": "Bearer nope"})
     assert wrong.status_code == 403 and wrong.json() == {"error": {"type": "forbidden", "message": "invalid API key"}}
-    for key in ("k-one", "k-two"):
+    for key in (one, two):
         assert client.post("/v1/ask", json=question, headers={"Authorization": f"Bearer {key}"}).status_code == 200
     assert client.get("/v1/documents", headers={"Authorization": "Bearer nope"}).status_code == 403
     assert client.get("/healthz").status_code == 200
-    assert parse_api_keys("k-one, k-two:hr|finance")[1].groups == ("finance", "hr")
+    keys = parse_api_keys(f"{one}, {two}:hr|finance, {'k' * 16}:*:admin")
+    assert keys[1].groups == ("finance", "hr") and keys[1].principal.role == "reader"
+    assert keys[2].principal.all_groups and keys[2].principal.is_admin
+
+
+KEY16 = "k" * 16
+
+
+@pytest.mark.parametrize(("spec", "problem"), [("short", "at least 16"), (f"{KEY16}:hr:boss", "reader or admin"),
+                                              (f"{KEY16}:h r", "invalid group"), (f"{KEY16},{KEY16}", "twice")])
+def test_bad_key_entries_are_config_errors(spec: str, problem: str) -> None:
+    with pytest.raises(ConfigError, match=problem):
+        parse_api_keys(spec)
+
+
+def test_readers_may_not_change_the_index_or_read_feedback(make_client: MakeClient, settings: Settings) -> None:
+    client = make_client()
+    doc = {"file": ("new.md", b"# New\nA new policy.", "text/markdown")}
+    leave_id = next(d["id"] for d in client.get("/v1/documents").json() if d["source"] == "leave.md")
+    for method, path, extra in (("POST", "/v1/documents", {"files": doc}), ("DELETE", f"/v1/documents/{leave_id}", {}),
+                                ("POST", "/v1/sync", {}), ("GET", "/v1/feedback", {})):
+        denied = client.request(method, path, headers=READER, **extra)  # type: ignore[arg-type]
+        assert denied.status_code == 403 and denied.json()["error"]["type"] == "forbidden", (path, denied.text)
+    assert not (settings.documents_dir / "new.md").exists()
+    assert client.post("/v1/documents", files=doc).status_code == 201
+    assert client.post("/v1/sync").status_code == 200 and client.get("/v1/feedback").json() == []
+    assert client.delete(f"/v1/documents/{leave_id}").status_code == 200
+
+
+def test_without_keys_callers_read_public_documents_and_change_nothing(make_client: MakeClient) -> None:
+    client = make_client(api_keys="")
+    assert {d["source"] for d in client.get("/v1/documents").json()} == {"leave.md", "vpn.md"}
+    upload = client.post("/v1/documents", files={"file": ("x.md", b"# X\nx", "text/markdown")})
+    assert upload.status_code == 403 and "admin" in upload.json()["error"]["message"]
+
+
+def test_upload_replaces_an_existing_document_only_when_asked(make_client: MakeClient, settings: Settings) -> None:
+    client = make_client()
+    newer = {"file": ("leave.md", b"# Leave\nStaff get 30 days of annual leave per year.\n", "text/markdown")}
+    refused = client.post("/v1/documents", files=newer)
+    assert refused.status_code == 409 and refused.json()["error"]["type"] == "document_exists"
+    assert "25 days" in (settings.documents_dir / "leave.md").read_text()
+    replaced = client.post("/v1/documents?replace=true", files=newer)
+    assert replaced.status_code == 201 and replaced.json()["status"] == "updated"
+    assert "30 days" in (settings.documents_dir / "leave.md").read_text()
 
 
 def test_upload_list_ask_delete_round_trip(make_client: MakeClient, settings: Settings) -> None:
@@ -159,7 +203,7 @@ def test_upload_limits_and_sanitized_names(make_client: MakeClient, settings: Se
 def test_bad_upload_keeps_the_previous_version(make_client: MakeClient, settings: Settings) -> None:
     client = make_client()
     before = client.get("/v1/documents").json()
-    broken = client.post("/v1/documents", files={"file": ("leave.md", b"caf\xe9 latin-1", "text/md")})
+    broken = client.post("/v1/documents?replace=true", files={"file": ("leave.md", b"caf\xe9 latin-1", "text/md")})
     assert broken.status_code == 422 and broken.json()["error"]["type"] == "unreadable_document"
     assert (settings.documents_dir / "leave.md").read_text().startswith("# Leave")
     assert client.get("/v1/documents").json() == before
@@ -202,8 +246,8 @@ def test_gate_turns_excess_load_into_429() -> None:
         await gate.acquire()
         try:
             await gate.acquire()
-        except ApiError as exc:
-            return exc.status
+        except Busy:
+            return 429
         return 200
 
     assert asyncio.run(scenario()) == 429

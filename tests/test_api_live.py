@@ -18,10 +18,10 @@ from rag.config import Settings
 from tests.conftest import SAMPLES, LLMServer
 from tests.docs_factory import pdf_bytes
 from ui.api.app import create_app
-from ui.api.services import build_services
+from ui.serving.services import build_services
 
 pytestmark = pytest.mark.integration
-KEY = "test-key"
+KEY = "test-key-0123456789abcdef"
 
 
 def _free_port() -> int:
@@ -33,7 +33,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def api(tmp_path_factory: pytest.TempPathFactory, llm_settings: Settings, real_embedder: object) -> Iterator[str]:
     data = tmp_path_factory.mktemp("api-data")
-    settings = llm_settings.model_copy(update={"data_dir": data, "docs_dir": SAMPLES, "api_keys": KEY})
+    settings = llm_settings.model_copy(update={"data_dir": data, "docs_dir": SAMPLES, "api_keys": f"{KEY}:*:admin"})
     from ingest import service
 
     service.sync([SAMPLES], settings, embedder=real_embedder)  # type: ignore[arg-type]

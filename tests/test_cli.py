@@ -24,7 +24,8 @@ def test_ingest_json_contract_and_exit_codes(docs: Path, write: Write, cli_env: 
     result = _run([str(BIN / "rag-ingest"), str(docs), "--json"], cli_env)
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout.strip().splitlines()[-1])
-    assert set(summary) == {"added", "updated", "unchanged", "deleted", "skipped", "failed", "chunks", "seconds"}
+    assert set(summary) == {"added", "updated", "regrouped", "unchanged", "deleted", "skipped", "failed", "locked",
+                            "chunks", "seconds"}
     assert (summary["added"], summary["chunks"], summary["failed"]) == (2, 3, [])
 
     write("broken.pdf", b"not a pdf at all")

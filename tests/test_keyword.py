@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from ingest import service
+from rag.access import LOCAL_OPERATOR
 from rag.config import Settings
 from rag.keyword import KeywordHit, KeywordIndex, cjk_share, tokenize
 from rag.retrieve import Fusion, Retriever, fuse
@@ -79,12 +80,12 @@ def test_ingest_keeps_keyword_index_in_step_with_chroma(docs: Path, write: Write
     store = build_store(settings)
     assert store.keyword is not None and store.keyword.ids() == store.all_ids()
     retriever = build_retriever(settings, embedder=embedder, store=store)
-    assert retriever.search("What does E4031 mean?", 1)[0].source == "errors.md"
+    assert retriever.search("What does E4031 mean?", 1, LOCAL_OPERATOR)[0].source == "errors.md"
     write("errors.md", "# Errors\nError E5000 means the printer is out of paper.")
     (docs / "leave.md").unlink()
     service.sync([docs], settings, embedder=embedder)
     assert store.keyword.ids() == store.all_ids()
-    assert all("E4031" not in hit.text for hit in retriever.search("What does E4031 mean?", 3))
+    assert all("E4031" not in hit.text for hit in retriever.search("What does E4031 mean?", 3, LOCAL_OPERATOR))
     # A keyword index lost (or older than keyword search) is rebuilt from Chroma by the next sync.
     store.keyword.delete(sorted(store.keyword.ids()))
     service.sync([docs], settings, embedder=embedder)
@@ -97,5 +98,5 @@ def test_dense_mode_ignores_keywords(docs: Path, write: Write, settings: Setting
     service.sync([docs], settings, embedder=embedder)
     dense = Retriever(embedder, build_store(settings), mode="dense")
     hybrid = Retriever(embedder, build_store(settings), mode="hybrid")
-    assert "keyword" not in dense.search("ZX-81 firmware", 1)[0].extra
-    assert hybrid.search("ZX-81 firmware", 1)[0].extra["keyword"] > 0.3
+    assert "keyword" not in dense.search("ZX-81 firmware", 1, LOCAL_OPERATOR)[0].extra
+    assert hybrid.search("ZX-81 firmware", 1, LOCAL_OPERATOR)[0].extra["keyword"] > 0.3

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from ingest import service
+from rag.access import LOCAL_OPERATOR
 from rag.answer import QueryEngine
 from rag.config import Settings
 from rag.evaluate import language_matches, recheck
@@ -34,7 +35,7 @@ def engine(samples_settings: Settings, real_embedder: CountingEmbedder) -> Query
 
 
 def test_answerable_question_cites_the_right_source(engine: QueryEngine) -> None:
-    answer = engine.ask("How do I create a Python virtual environment with venv?")
+    answer = engine.ask("How do I create a Python virtual environment with venv?", principal=LOCAL_OPERATOR)
     assert answer.answerable
     assert answer.text.strip()
     assert answer.sources[0].hit.source == "en/python-tutorial-venv.html"
@@ -43,7 +44,7 @@ def test_answerable_question_cites_the_right_source(engine: QueryEngine) -> None
 
 
 def test_off_topic_question_is_refused_without_the_llm(engine: QueryEngine) -> None:
-    answer = engine.ask("What is a good recipe for chocolate chip cookies?")
+    answer = engine.ask("What is a good recipe for chocolate chip cookies?", principal=LOCAL_OPERATOR)
     assert answer.answerable is False
     assert answer.usage.prompt_tokens == 0  # refused before any LLM call
 
@@ -51,7 +52,7 @@ def test_off_topic_question_is_refused_without_the_llm(engine: QueryEngine) -> N
 def test_follow_up_question_uses_history(engine: QueryEngine) -> None:
     history = [{"role": "user", "content": "What does VACUUM do in PostgreSQL?"},
                {"role": "assistant", "content": "VACUUM reclaims storage occupied by dead tuples [1]."}]
-    answer = engine.ask("And what does the FULL variant do differently?", history)  # type: ignore[arg-type]
+    answer = engine.ask("And what does the FULL variant do differently?", history, principal=LOCAL_OPERATOR)  # type: ignore[arg-type]
     assert answer.standalone_question and answer.standalone_question != "And what does the FULL variant do differently?"
     assert any("postgresql" in s.hit.source for s in answer.sources)
 
@@ -105,7 +106,7 @@ QUESTIONS_MD = [
 def test_questions_of_questions_md(engine: QueryEngine) -> None:
     """Every shown sentence passes the check again, in the question's language; the right file is cited;
     off-topic questions are refused; the demo question's answer holds the command."""
-    answers = {question: engine.ask(question) for question, _ in QUESTIONS_MD}
+    answers = {question: engine.ask(question, principal=LOCAL_OPERATOR) for question, _ in QUESTIONS_MD}
     for question, expected in QUESTIONS_MD:
         answer = answers[question]
         assert recheck(answer) == len(answer.shown_sentences), (question, answer.text)

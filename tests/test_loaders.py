@@ -6,6 +6,7 @@ import pytest
 
 from ingest.html import load_html
 from ingest.loaders import LoadError, decode_text, load_docx, load_markdown, load_pdf, load_text
+from rag.access import DocAccess
 from tests.conftest import SAMPLES
 from tests.docs_factory import docx_bytes, pdf_bytes
 
@@ -32,7 +33,7 @@ def test_markdown_heading_paths_front_matter_and_fences() -> None:
     )
     doc = load_markdown(text.encode(), "leave.md")
     assert doc.title == "Leave policy"
-    assert doc.groups == ("hr", "managers")
+    assert doc.access == DocAccess(("hr", "managers"))
     assert [(s.headings, s.text) for s in doc.sections] == [
         (("Leave",), "intro"),
         (("Leave", "Annual leave"), "25 days.\n```\n# not a heading\n```"),

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from ingest import service
+from rag.access import LOCAL_OPERATOR
 from rag.config import Settings
 from rag.errors import ConfigError
 from rag.wiring import build_reranker, build_retriever, resolve_embed_model
@@ -37,7 +38,7 @@ def test_reranker_reorders_candidates_and_keeps_the_fused_score(docs: Path, writ
     plain = build_retriever(settings, embedder=embedder)
     reranked = build_retriever(settings.model_copy(update={"rerank_model": str(cross_encoder_dir)}), embedder=embedder)
     question = "Which plant needs water?"
-    before, after = plain.search(question, 6), reranked.search(question, 6)
+    before, after = plain.search(question, 6, LOCAL_OPERATOR), reranked.search(question, 6, LOCAL_OPERATOR)
     assert {hit.chunk_id for hit in before} == {hit.chunk_id for hit in after}
     rerank_scores = [hit.extra["rerank"] for hit in after]
     assert rerank_scores == sorted(rerank_scores, reverse=True)

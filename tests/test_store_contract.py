@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ingest import service
+from rag.access import LOCAL_OPERATOR
 from rag.config import Settings
 from rag.errors import ConfigError
 from rag.wiring import build_engine, build_store
@@ -81,7 +82,7 @@ def test_answer_from_the_real_llm(docs: Path, write: Write, settings: Settings, 
     write("hr/leave.md", "# Leave\nStaff get 25 days of annual leave per year.")
     service.sync([docs], settings, embedder=embedder)
     live = settings.model_copy(update={"llm_base_url": llm_server.settings.llm_base_url})
-    answer = build_engine(live, embedder=embedder).ask("How do I replace the toner?")
+    answer = build_engine(live, embedder=embedder).ask("How do I replace the toner?", principal=LOCAL_OPERATOR)
     assert answer.answerable and answer.text
     assert answer.sources[0].hit.source == "it/printer.md"
     assert answer.usage.completion_tokens > 0

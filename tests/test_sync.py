@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ingest import service
 from ingest.pipeline import Report
+from rag.access import LOCAL_OPERATOR
 from rag.config import Settings
 from rag.retrieve import Retriever
 from rag.store import ChromaStore
@@ -25,7 +26,7 @@ def _sync(docs: Path, settings: Settings, embedder: CountingEmbedder, prune: boo
 
 
 def _sources(store: ChromaStore) -> dict[str, int]:
-    metas = store._collection.get(include=["metadatas"])["metadatas"] or []
+    metas = store.dense._collection.get(include=["metadatas"])["metadatas"] or []
     counts: dict[str, int] = {}
     for meta in metas:
         counts[str(meta["source"])] = counts.get(str(meta["source"]), 0) + 1
@@ -53,7 +54,7 @@ def test_add_change_delete_cycle(docs: Path, write: Write, settings: Settings, e
     changed = _sync(docs, settings, embedder)
     assert (changed.added, changed.updated, changed.unchanged, changed.deleted) == (0, 1, 1, 1)
     assert _sources(store) == {"handbook/leave.md": 2, "scan.pdf": 2}
-    texts = store._collection.get(where={"source": "handbook/leave.md"})["documents"] or []
+    texts = store.dense._collection.get(where={"source": "handbook/leave.md"})["documents"] or []
     assert any("30 days" in t for t in texts) and not any("25 days" in t for t in texts)
 
 
@@ -102,10 +103,12 @@ def test_access_groups_from_sidecar_and_front_matter(docs: Path, write: Write, s
     write("board.md", "---\ngroups: board\n---\n# Minutes\nApproved.")
     report = _sync(docs, settings, embedder)
     assert (report.added, report.skipped) == (2, 0)
-    metas = {m["source"]: m["groups"] for m in build_store(settings)._collection.get()["metadatas"] or []}
+    metas = {m["source"]: m["groups"] for m in build_store(settings).dense._collection.get()["metadatas"] or []}
     assert metas == {"salaries.txt": "|finance|hr|", "board.md": "|board|"}
     write("salaries.txt.meta.yaml", "groups: [hr]\n")
-    assert _sync(docs, settings, embedder).updated == 1
+    embedded = embedder.embedded
+    report = _sync(docs, settings, embedder)
+    assert (report.regrouped, report.updated, embedder.embedded) == (1, 0, embedded)  # relabelled, not re-embedded
 
 
 def test_search_finds_the_right_document_and_page(docs: Path, write: Write, settings: Settings,
@@ -114,6 +117,6 @@ def test_search_finds_the_right_document_and_page(docs: Path, write: Write, sett
     write("printers.pdf", pdf_bytes(pages))
     write("vpn.md", "# VPN\nInstall WireGuard and import the company profile.")
     _sync(docs, settings, embedder)
-    hits = Retriever(embedder, build_store(settings)).search("How do I change the toner?", 2)
+    hits = Retriever(embedder, build_store(settings)).search("How do I change the toner?", 2, LOCAL_OPERATOR)
     assert (hits[0].source, hits[0].page) == ("printers.pdf", 2)
     assert hits[0].score > hits[1].score

@@ -15,6 +15,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from rag.access import LOCAL_OPERATOR, Principal, parse_grant
 from rag.answer import Answer, Done, QueryEngine, Token
 from rag.config import Settings, load_settings
 from rag.errors import EmptyIndex, LLMUnavailable, RagError
@@ -51,15 +52,28 @@ def main() -> None:
     prefer_passive_threads()  # every rag command serves queries next to vLLM; see the function's docstring
 
 
+def _principal(groups: str | None) -> Principal:
+    """`--as GROUPS`: a reader holding those groups (`hr|finance`; "" for none); else the local operator, who
+    sees every document."""
+    if groups is None:
+        return LOCAL_OPERATOR
+    names, everything, role = parse_grant(groups, "reader", "--as")
+    return Principal(f"--as {groups or '(no groups)'}", names, role, everything)
+
+
+AS_HELP = "Answer as a reader holding these groups (`hr|finance`, \"\" for none) instead of the local operator."
+
+
 @main.command()
 @click.argument("question")
 @click.option("-k", "k", type=click.IntRange(1, 100), default=None, help="How many chunks (default RAG_TOP_K).")
 @click.option("--json", "as_json", is_flag=True, help="Print the hits as JSON.")
-def search(question: str, k: int | None, as_json: bool) -> None:
+@click.option("--as", "groups", default=None, metavar="GROUPS", help=AS_HELP)
+def search(question: str, k: int | None, as_json: bool, groups: str | None) -> None:
     """Print the chunks closest to QUESTION (source, page, score, text)."""
     with _errors():
         settings = load_settings()
-        hits = build_retriever(settings).search(question, k or settings.top_k)
+        hits = build_retriever(settings).search(question, k or settings.top_k, _principal(groups))
     if as_json:
         print(json.dumps({"hits": [_hit_json(hit) for hit in hits]}, ensure_ascii=False))
     else:
@@ -70,13 +84,15 @@ def search(question: str, k: int | None, as_json: bool) -> None:
 @click.argument("question")
 @click.option("-k", "k", type=click.IntRange(1, 20), default=None, help="Excerpts given to the LLM (RAG_TOP_K).")
 @click.option("--json", "as_json", is_flag=True, help="Last line of stdout: the answer, sources, timings, usage.")
-def ask(question: str, k: int | None, as_json: bool) -> None:
+@click.option("--as", "groups", default=None, metavar="GROUPS", help=AS_HELP)
+def ask(question: str, k: int | None, as_json: bool, groups: str | None) -> None:
     """Answer QUESTION from the documents, streaming, with numbered sources."""
     with _errors():
+        principal = _principal(groups)
         engine = build_engine(load_settings())
         # With --json the stream goes to stderr so that stdout ends with exactly one JSON line.
         write: Callable[[str], object] = sys.stderr.write if as_json else sys.stdout.write
-        answer = _stream(engine.stream(question, top_k=k), write)
+        answer = _stream(engine.stream(question, top_k=k, principal=principal), write)
     if as_json:
         print(json.dumps(answer.as_json(), ensure_ascii=False))
     else:
@@ -135,7 +151,8 @@ def eval_command(cases_file: Path, k: int, mode: str | None, answers: bool, as_j
         engine = build_engine(settings)
         retriever = engine.retriever
         retriever.warm()  # latency percentiles measure questions, not the one-off index build
-        report = evaluate(cases, retriever.search, engine.threshold_for)
+        report = evaluate(cases, lambda question, k: retriever.search(question, k, LOCAL_OPERATOR),
+                          engine.threshold_for)
         body = report.as_json() | {"mode": retriever.mode, "k": k, "thresholds": {
             "en": settings.refusal_threshold, "cjk": settings.refusal_threshold_cjk}}
         if answers:
@@ -147,7 +164,7 @@ def eval_command(cases_file: Path, k: int, mode: str | None, answers: bool, as_j
 
 
 def _answer_checks(cases: list[Case], engine: QueryEngine) -> dict[str, dict[str, float | int | None]]:
-    return evaluate_answers(cases, lambda question: engine.ask(question))
+    return evaluate_answers(cases, lambda question: engine.ask(question, principal=LOCAL_OPERATOR))
 
 
 def _eval_table(body: dict[str, Any], k: int) -> Table:
@@ -208,11 +225,11 @@ def serve(host: str, port: int, no_chat: bool) -> None:
     """Serve the chat UI at /chat and the HTTP API (ask, OpenAI-compatible chat, documents; docs at /docs)."""
     import uvicorn
 
-    from ui.api.app import create_app
+    from ui.server import create_server
 
     with _errors():
         settings = load_settings()
-        app = create_app(settings, chat=not no_chat)
+        app = create_server(settings, chat=not no_chat)
     shown = "127.0.0.1" if host in {"0.0.0.0", "::"} else host
     if not no_chat:
         sign_in = "sign in with a RAG_UI_USERS account" if settings.ui_auth else "no sign-in (RAG_UI_AUTH=false)"

@@ -1,4 +1,4 @@
-"""The FastAPI app: routes, error bodies, metrics; services are built once at start-up."""
+"""The FastAPI app: routes, error bodies, metrics; services are built once at start-up (ui.server adds the chat)."""
 
 from __future__ import annotations
 
@@ -7,29 +7,28 @@ from contextlib import asynccontextmanager
 
 import anyio.to_thread
 from fastapi import FastAPI
-from fastapi.responses import RedirectResponse
 
 from rag.config import Settings
 from ui.api import routes_ask, routes_documents, routes_health, routes_openai
 from ui.api.errors import install_error_handlers
-from ui.api.metrics import Metrics, install_request_metrics
-from ui.api.services import Services, build_services
+from ui.api.metrics import install_request_metrics
+from ui.serving.metrics import Metrics
+from ui.serving.services import Services, build_services
 
 DESCRIPTION = """Ask the company's documents and act on the answer.
 
 * `POST /v1/ask`: answer, sources, `confidence` and `escalate` (hand over to a human); `stream: true` for
   Server-Sent Events (`sources`, `token`…, `done`, or `error`).
 * `POST /v1/chat/completions`, `GET /v1/models`: OpenAI-compatible (openai SDK, LangChain's ChatOpenAI).
-* `/v1/documents`, `/v1/sync`: upload, list, delete, re-sync.
-* With `RAG_API_KEYS` set, every `/v1` route needs `Authorization: Bearer <key>`.
+* `/v1/documents`, `/v1/sync`, `/v1/feedback`: list what you may see; upload, delete, re-sync and read feedback
+  with an admin key.
+* With `RAG_API_KEYS` set, every `/v1` route needs `Authorization: Bearer <key>`; answers, sources and listings
+  hold only documents of the key's groups. Without keys, callers see public documents and change nothing.
 """
 
 
-def create_app(settings: Settings, services: Services | None = None, chat: bool = False) -> FastAPI:
-    """The API; `services` may be passed in (tests), else they are built from settings at start-up.
-
-    With `chat`, the Chainlit UI is mounted at /chat (once per process: Chainlit keeps global state).
-    """
+def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
+    """The API; `services` may be passed in (tests), else they are built from settings at start-up."""
 
     metrics = services.metrics if services else Metrics()
 
@@ -47,9 +46,4 @@ def create_app(settings: Settings, services: Services | None = None, chat: bool 
     install_request_metrics(app, metrics)
     for module in (routes_ask, routes_openai, routes_documents, routes_health):
         app.include_router(module.router)
-    if chat:
-        from ui.chat.mount import CHAT_PATH, mount_chat
-
-        app.add_api_route("/", lambda: RedirectResponse(CHAT_PATH), include_in_schema=False)
-        mount_chat(app, settings, lambda: app.state.services)
     return app

@@ -1,4 +1,4 @@
-"""FastAPI dependencies, as Annotated aliases: the shared services and the caller's API key."""
+"""FastAPI dependencies, as Annotated aliases: the shared services and the principal behind the request."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from ui.api.auth import ApiKey, match_key
+from rag.access import ANONYMOUS, Principal
 from ui.api.errors import ApiError
-from ui.api.services import Services
+from ui.serving.principals import match_key
+from ui.serving.services import Services
 
 
 def get_services(request: Request) -> Services:
@@ -17,10 +18,11 @@ def get_services(request: Request) -> Services:
     return services
 
 
-def require_key(request: Request, services: Annotated[Services, Depends(get_services)]) -> ApiKey | None:
-    """With RAG_API_KEYS set: 401 without a bearer key, 403 with a wrong one. The key is never logged."""
+def get_principal(request: Request, services: Annotated[Services, Depends(get_services)]) -> Principal:
+    """Who is asking. With RAG_API_KEYS set: 401 without a bearer key, 403 with a wrong one, else the key's
+    principal. Without keys: an anonymous reader who sees only public documents. The key is never logged."""
     if not services.keys:
-        return None
+        return ANONYMOUS
     scheme, _, presented = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not presented.strip():
         raise ApiError(401, "unauthorized", "missing API key: send `Authorization: Bearer <key>`",
@@ -28,8 +30,8 @@ def require_key(request: Request, services: Annotated[Services, Depends(get_serv
     key = match_key(presented.strip(), services.keys)
     if key is None:
         raise ApiError(403, "forbidden", "invalid API key")
-    return key
+    return key.principal
 
 
 ServicesDep = Annotated[Services, Depends(get_services)]
-KeyDep = Annotated[ApiKey | None, Depends(require_key)]
+PrincipalDep = Annotated[Principal, Depends(get_principal)]

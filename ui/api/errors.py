@@ -7,7 +7,18 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from rag.errors import ConfigError, EmptyIndex, LLMUnavailable, RagError, StoreUnavailable
+from rag.errors import (
+    Busy,
+    ConfigError,
+    Conflict,
+    EmptyIndex,
+    Forbidden,
+    InvalidDocument,
+    LLMUnavailable,
+    NotFound,
+    RagError,
+    StoreUnavailable,
+)
 
 
 class ApiError(Exception):
@@ -25,6 +36,16 @@ def error_response(status: int, kind: str, message: str, headers: dict[str, str]
 
 def from_rag_error(exc: RagError) -> ApiError:
     """The status and type for the core's named errors."""
+    if isinstance(exc, Busy):
+        return ApiError(429, "busy", str(exc), headers={"Retry-After": str(exc.retry_after_s)})
+    if isinstance(exc, Forbidden):
+        return ApiError(403, "forbidden", str(exc))
+    if isinstance(exc, NotFound):
+        return ApiError(404, "not_found", str(exc))
+    if isinstance(exc, Conflict):
+        return ApiError(409, "document_exists", str(exc))
+    if isinstance(exc, InvalidDocument):
+        return ApiError(422, "unreadable_document", str(exc))
     if isinstance(exc, LLMUnavailable):
         return ApiError(503, "llm_unavailable", str(exc))
     if isinstance(exc, StoreUnavailable):
@@ -46,7 +67,7 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RagError)
     async def _rag(_: Request, exc: RagError) -> JSONResponse:
         error = from_rag_error(exc)
-        return error_response(error.status, error.kind, error.message)
+        return error_response(error.status, error.kind, error.message, error.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:

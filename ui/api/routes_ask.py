@@ -11,25 +11,26 @@ from sse_starlette import EventSourceResponse
 
 from rag.answer import Done, Event, Retrieved, Token
 from rag.errors import RagError
-from ui.api.answering import answer_once, answer_stream, ask_body, history_messages
-from ui.api.deps import KeyDep, ServicesDep
+from ui.api.deps import PrincipalDep, ServicesDep
 from ui.api.errors import from_rag_error
 from ui.api.schemas import AskRequest, AskResponse, ErrorBody
+from ui.serving.answering import answer_once, answer_stream, ask_body, history_messages, hit_json
 
 router = APIRouter(prefix="/v1", tags=["ask"])
 ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorBody} for code in (401, 403, 422, 429, 503)}
+ADMIN_ERRORS: dict[int | str, dict[str, Any]] = {**ERRORS, 404: {"model": ErrorBody}, 409: {"model": ErrorBody}}
 
 
 @router.post("/ask", response_model=AskResponse, responses={
     **ERRORS, 200: {"content": {"text/event-stream": {"example": "event: token\ndata: {\"text\": \"Run\"}\n\n"}},
                     "description": "JSON, or with stream=true the events sources, token…, done (or error)."}})
-async def ask(body: AskRequest, services: ServicesDep, _: KeyDep) -> Any:
-    """Answer a question from the documents; `escalate` says when to hand over to a human."""
+async def ask(body: AskRequest, services: ServicesDep, principal: PrincipalDep) -> Any:
+    """Answer a question from the documents the caller may see; `escalate` says when to hand over to a human."""
     history = history_messages([(turn.role, turn.content) for turn in body.history])
     if not body.stream:
-        answer = await answer_once(services, body.question, history, body.top_k)
+        answer = await answer_once(services, principal, body.question, history, body.top_k)
         return ask_body(answer, services.settings.escalate_below)
-    events = await answer_stream(services, body.question, history, body.top_k)
+    events = await answer_stream(services, principal, body.question, history, body.top_k)
     return EventSourceResponse(_sse(events, services.settings.escalate_below))
 
 
@@ -37,8 +38,7 @@ async def _sse(events: AsyncIterator[Event], escalate_below: float) -> AsyncIter
     try:
         async for event in events:
             if isinstance(event, Retrieved):
-                sources = [{"n": n, "source": h.source, "page": h.page, "score": h.score, "chunk_id": h.chunk_id}
-                           for n, h in enumerate(event.hits, start=1)]
+                sources = [hit_json(n, hit) for n, hit in enumerate(event.hits, start=1)]
                 yield {"event": "sources", "data": json.dumps(sources, ensure_ascii=False)}
             elif isinstance(event, Token):
                 yield {"event": "token", "data": json.dumps({"text": event.text}, ensure_ascii=False)}

@@ -1,26 +1,28 @@
-"""Documents: upload (ingested through the same pipeline as rag-ingest), list, delete, and re-sync the folder."""
+"""Documents: upload (ingested through the same pipeline as rag-ingest), list, delete, re-sync, and feedback.
+
+Listing shows what the caller may see; every change, and reading feedback, needs an admin key."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import tempfile
 import unicodedata
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from fastapi import APIRouter, UploadFile
+from fastapi import APIRouter, Query, UploadFile
 from starlette.concurrency import run_in_threadpool
 
-from ingest import service
 from ingest.manifest import Entry
 from ingest.parse import is_supported
-from rag.config import Settings
-from ui.api.deps import KeyDep, ServicesDep
+from rag.access import DocAccess
+from ui.api.deps import PrincipalDep, ServicesDep
 from ui.api.errors import ApiError
-from ui.api.routes_ask import ERRORS
-from ui.api.schemas import DocumentOut, SyncOut
-from ui.api.services import Services
+from ui.api.routes_ask import ADMIN_ERRORS, ERRORS
+from ui.api.schemas import DocumentOut, FeedbackOut, SyncOut
+from ui.serving import documents as use
 
 router = APIRouter(prefix="/v1", tags=["documents"])
 _UNSAFE = re.compile(r"[^\w.\- ()]+")
@@ -36,9 +38,11 @@ def safe_name(raw: str) -> str:
     return name[:200]
 
 
-@router.post("/documents", status_code=201, responses={**ERRORS, 413: {}, 415: {}})
-async def upload(file: UploadFile, services: ServicesDep, _: KeyDep) -> dict[str, Any]:
-    """Store an uploaded file in the documents folder and ingest it; a failed ingest keeps what was there."""
+@router.post("/documents", status_code=201, responses={**ADMIN_ERRORS, 413: {}, 415: {}})
+async def upload(file: UploadFile, services: ServicesDep, principal: PrincipalDep,
+                 replace: bool = Query(False, description="replace a document of the same name")) -> dict[str, Any]:
+    """Store an uploaded file in the documents folder and ingest it (admins); an existing document of the same
+    name is replaced only with replace=true (else 409); a failed ingest keeps what was there."""
     settings = services.settings
     name = safe_name(file.filename or "")
     if not is_supported(Path(name)):
@@ -48,8 +52,13 @@ async def upload(file: UploadFile, services: ServicesDep, _: KeyDep) -> dict[str
     target = folder / name
     if target.parent != folder:
         raise ApiError(422, "invalid_filename", f"unusable file name {file.filename!r}")
+    await run_in_threadpool(use.check_upload, services, principal, target, replace)
     staged = await _stage(file, folder, int(settings.max_upload_mb * 2**20))
-    return await run_in_threadpool(_ingest_upload, services, staged, target)
+    try:
+        uploaded = await run_in_threadpool(use.ingest_upload, services, principal, staged, target, replace)
+    finally:
+        staged.unlink(missing_ok=True)  # moved into place on success; removed on any refusal
+    return {**_document(uploaded.entry).model_dump(), "status": uploaded.status}
 
 
 async def _stage(file: UploadFile, folder: Path, limit: int) -> Path:
@@ -66,58 +75,39 @@ async def _stage(file: UploadFile, folder: Path, limit: int) -> Path:
     return Path(path)
 
 
-def _ingest_upload(services: Services, staged: Path, target: Path) -> dict[str, Any]:
-    backup = target.with_name(f".backup-{target.name}")
-    if target.exists():
-        os.replace(target, backup)
-    os.replace(staged, target)
-    _, report = service.sync([target], services.settings, prune=False, embedder=services.embedder,
-                             store=services.store)
-    if report.failed:
-        if backup.exists():
-            os.replace(backup, target)  # the previous version stays, as its chunks did
-        else:
-            target.unlink()
-        raise ApiError(422, "unreadable_document", f"{target.name}: {next(iter(report.failed.values()))}")
-    backup.unlink(missing_ok=True)
-    entry = next(e for e in service.list_documents(services.settings)
-                 if Path(e.root) / e.source == target)
-    status = "unchanged" if report.unchanged else "updated" if report.updated else "added"
-    return {**_document(entry).model_dump(), "status": status}
-
-
 @router.get("/documents", response_model=list[DocumentOut], responses=ERRORS)
-async def documents(services: ServicesDep, _: KeyDep) -> list[DocumentOut]:
-    """Every ingested document: id, source, content hash, chunks, when it was ingested."""
-    return [_document(entry) for entry in await run_in_threadpool(service.list_documents, services.settings)]
+async def documents(services: ServicesDep, principal: PrincipalDep) -> list[DocumentOut]:
+    """The ingested documents the caller may see: id, source, groups, content hash, chunks, when ingested."""
+    return [_document(entry) for entry in await run_in_threadpool(use.visible_documents, services, principal)]
 
 
-@router.delete("/documents/{doc_id}", responses={**ERRORS, 404: {}})
-async def delete(doc_id: str, services: ServicesDep, _: KeyDep) -> dict[str, Any]:
-    """Remove a document from the index (and its file, when it lives in the documents folder)."""
-    entry = await run_in_threadpool(service.delete_document, doc_id, services.settings, services.store)
-    if entry is None:
-        raise ApiError(404, "not_found", f"no document with id {doc_id!r}")
-    path = Path(entry.root) / entry.source
-    if _inside(path, services.settings):
-        path.unlink(missing_ok=True)
+@router.delete("/documents/{doc_id}", responses=ADMIN_ERRORS)
+async def delete(doc_id: str, services: ServicesDep, principal: PrincipalDep) -> dict[str, Any]:
+    """Remove a document from the index, and its file when it lives in the documents folder (admins)."""
+    entry = await run_in_threadpool(use.delete_document, services, principal, doc_id)
     return {"id": doc_id, "source": entry.source, "status": "deleted"}
 
 
-@router.post("/sync", response_model=SyncOut, responses=ERRORS)
-async def sync(services: ServicesDep, _: KeyDep) -> dict[str, object]:
-    """Re-sync the documents folder: add new files, replace changed ones, remove deleted ones."""
-    folder = services.settings.documents_dir
-    folder.mkdir(parents=True, exist_ok=True)
-    plan_report = await run_in_threadpool(lambda: service.sync([folder], services.settings,
-                                                               embedder=services.embedder, store=services.store))
-    return plan_report[1].as_json()
+@router.post("/sync", response_model=SyncOut, responses=ADMIN_ERRORS)
+async def sync(services: ServicesDep, principal: PrincipalDep) -> dict[str, object]:
+    """Re-sync the documents folder: add new files, replace changed ones, relabel regrouped ones, remove deleted
+    ones (admins)."""
+    report = await run_in_threadpool(use.sync_folder, services, principal)
+    return report.as_json()
+
+
+@router.get("/feedback", response_model=list[FeedbackOut], responses=ADMIN_ERRORS, tags=["feedback"])
+async def feedback(services: ServicesDep, principal: PrincipalDep,
+                   limit: int = Query(50, ge=1, le=1000)) -> list[FeedbackOut]:
+    """The newest ratings of answers, with question, answer and sources (admins; ratings of answers that cite
+    documents outside the admin's groups are left out)."""
+    ratings = await run_in_threadpool(use.recent_feedback, services, principal, limit)
+    return [FeedbackOut(**dataclasses.asdict(rating)) for rating in ratings]
 
 
 def _document(entry: Entry) -> DocumentOut:
+    access = DocAccess.from_label(entry.access)
+    kind: Literal["open", "grouped", "locked"] = "locked" if access.locked else "grouped" if access.groups else "open"
     return DocumentOut(id=entry.doc_id, source=entry.source, content_hash=entry.content_hash,
-                       chunks=len(entry.chunk_ids), ingested_at=entry.ingested_at)
-
-
-def _inside(path: Path, settings: Settings) -> bool:
-    return path.resolve().parent.is_relative_to(settings.documents_dir.resolve())
+                       chunks=len(entry.chunk_ids), ingested_at=entry.ingested_at, access=kind,
+                       groups=list(access.groups))

@@ -10,7 +10,7 @@ from starlette.concurrency import run_in_threadpool
 from rag.errors import RagError
 from rag.llm_server import is_healthy
 from ui.api.deps import ServicesDep
-from ui.api.services import Services
+from ui.serving.services import Services
 
 router = APIRouter(tags=["health"])
 

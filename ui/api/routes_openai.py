@@ -13,32 +13,32 @@ from fastapi.responses import StreamingResponse
 
 from rag.answer import Answer, Done, Event, Token
 from rag.errors import RagError
-from ui.api.answering import answer_once, answer_stream, ask_body, history_messages
-from ui.api.deps import KeyDep, ServicesDep
+from ui.api.deps import PrincipalDep, ServicesDep
 from ui.api.errors import ApiError, from_rag_error
 from ui.api.routes_ask import ERRORS
 from ui.api.schemas import ChatRequest
+from ui.serving.answering import answer_once, answer_stream, ask_body, history_messages
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 
 
 @router.get("/models")
-async def models(services: ServicesDep, _: KeyDep) -> dict[str, Any]:
+async def models(services: ServicesDep, _: PrincipalDep) -> dict[str, Any]:
     """The one model this server offers: the knowledge base, named like the configured LLM."""
     return {"object": "list", "data": [{"id": services.settings.llm_model, "object": "model", "created": 0,
                                         "owned_by": "rag-kb"}]}
 
 
 @router.post("/chat/completions", responses=ERRORS)
-async def chat_completions(body: ChatRequest, services: ServicesDep, _: KeyDep) -> Any:
+async def chat_completions(body: ChatRequest, services: ServicesDep, principal: PrincipalDep) -> Any:
     """The last user message is the question, earlier turns the history; the answer cites sources as [n] and
     the sources come in an extra `sources` field (on the last chunk when streaming)."""
     question, history = _split(body)
     model = services.settings.llm_model
     if not body.stream:
-        answer = await answer_once(services, question, history, None)
+        answer = await answer_once(services, principal, question, history, None)
         return _completion(answer, model, services.settings.escalate_below)
-    events = await answer_stream(services, question, history, None)
+    events = await answer_stream(services, principal, question, history, None)
     include_usage = bool((body.stream_options or {}).get("include_usage"))
     return StreamingResponse(_chunks(events, model, include_usage, services.settings.escalate_below),
                              media_type="text/event-stream")

@@ -108,6 +108,10 @@ class DocumentOut(BaseModel):
     content_hash: str
     chunks: int
     ingested_at: str
+    access: Literal["open", "grouped", "locked"] = Field(
+        description="open: no groups (RAG_UNGROUPED decides); grouped: members of `groups`; locked: groups "
+                    "unreadable, visible only with every group")
+    groups: list[str] = Field(default_factory=list)
     status: str = "indexed"
 
 
@@ -116,10 +120,12 @@ class SyncOut(BaseModel):
 
     added: int
     updated: int
+    regrouped: int = Field(description="files whose access groups changed: chunks relabelled, not re-embedded")
     unchanged: int
     deleted: int
     skipped: int
     failed: list[dict[str, str]]
+    locked: list[str] = Field(description="files whose groups cannot be read: stored, visible only with every group")
     chunks: int
     seconds: float
 
@@ -150,3 +156,17 @@ class ChatRequest(BaseModel):
     messages: list[ChatMessage] = Field(min_length=1)
     stream: bool = False
     stream_options: dict[str, Any] | None = None
+
+
+class FeedbackOut(BaseModel):
+    """A rating of an answer, with the question, the answer and its sources."""
+
+    answer_id: str
+    rating: int = Field(description="1 (helpful) or -1 (not helpful)")
+    comment: str
+    question: str
+    answer: str
+    sources: list[dict[str, Any]]
+    user: str
+    channel: str
+    created_at: str

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -106,13 +106,18 @@ def step_metadata(value: object) -> dict[str, Any]:
     return loaded if isinstance(loaded, dict) else {}
 
 
-def history_from_steps(steps: Iterable[Mapping[str, Any]], turns: int) -> list[Message]:
-    """The chat history of a stored conversation: its questions and our answers (without the source lists)."""
+def history_from_steps(steps: Iterable[Mapping[str, Any]], turns: int,
+                       may_see: Callable[[str], bool] = lambda doc_id: True) -> list[Message]:
+    """The chat history of a stored conversation: its questions and our answers (without the source lists).
+    An answer citing a document that `may_see` now rejects (the user's groups changed) is left out, so that it
+    cannot flow into the condensed follow-up question."""
     history: list[Message] = []
     for step in steps:
         metadata = step_metadata(step.get("metadata"))
         if step.get("type") == "user_message":
             history.append({"role": "user", "content": str(step.get("output") or "")})
         elif step.get("type") == "assistant_message" and "question" in metadata:
-            history.append({"role": "assistant", "content": str(metadata.get("answer", ""))})
+            sources = metadata.get("sources") or []
+            if all(isinstance(s, dict) and may_see(str(s.get("doc_id", ""))) for s in sources):
+                history.append({"role": "assistant", "content": str(metadata.get("answer", ""))})
     return history[-turns:]

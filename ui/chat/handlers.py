@@ -1,7 +1,8 @@
 """Chainlit handlers: sign-in, welcome, streamed cited answers with source panels, history, errors.
 
 Loaded by Chainlit (mount_chainlit) after `mount_chat` installed the shared context; answers go through the same
-QueryEngine as the CLI and the API.
+serving layer as the API, as the signed-in user's principal (groups and role read from RAG_UI_USERS on every
+message, so a changed grant applies at once).
 """
 
 from __future__ import annotations
@@ -17,17 +18,17 @@ import chainlit as cl
 from chainlit.types import ThreadDict
 from starlette.concurrency import iterate_in_threadpool
 
-from ingest.service import list_documents
+from rag.access import ANONYMOUS, Principal
 from rag.answer import Answer, Done, Event, Retrieved, Token
-from rag.errors import EmptyIndex, LLMUnavailable, RagError, StoreUnavailable
+from rag.errors import Busy, EmptyIndex, LLMUnavailable, RagError, StoreUnavailable
 from rag.prompt import Message
-from ui.api.answering import ask_body
-from ui.api.errors import ApiError
 from ui.chat import state
 from ui.chat.data_layer import ChatDataLayer, history_from_steps
 from ui.chat.render import SourcePanel, answer_markdown, source_panels, welcome_markdown
 from ui.chat.texts import Language, pick_language, text
 from ui.chat.users import authenticate
+from ui.serving.answering import ask_body
+from ui.serving.documents import visible_documents
 
 log = logging.getLogger("rag.chat")
 context = state.current()
@@ -42,13 +43,23 @@ if context.settings.ui_auth:
         user = await asyncio.to_thread(authenticate, context.users, username, password)
         if user is None:
             return None
-        return cl.User(identifier=user.name, metadata={"groups": list(user.groups), "provider": "credentials"})
+        return cl.User(identifier=user.name, metadata={"provider": "credentials"})
 
 
 @cl.data_layer
 def data_layer() -> ChatDataLayer:
     """History and feedback in RAG_CHAT_DB_URL; ratings also go to the feedback store."""
     return ChatDataLayer(context.settings.chat_database_url, context.feedback)
+
+
+def _principal() -> Principal:
+    """The signed-in user's current grant; without sign-in (RAG_UI_AUTH=false) an anonymous reader. A user no
+    longer in RAG_UI_USERS holds no groups."""
+    user = cl.user_session.get("user")
+    if not context.settings.ui_auth or user is None:
+        return ANONYMOUS
+    configured = context.users.get(user.identifier)
+    return configured.principal if configured is not None else Principal(user.identifier)
 
 
 def _language() -> Language:
@@ -62,22 +73,24 @@ async def start() -> None:
     cl.user_session.set("history", [])
     language = _language()
     try:
-        welcome = await asyncio.to_thread(_welcome, language)
+        welcome = await asyncio.to_thread(_welcome, language, _principal())
     except RagError:
         welcome = text(language, "store_down")
     await cl.Message(content=welcome).send()
 
 
-def _welcome(language: Language) -> str:
-    settings = context.settings
-    sources = [entry.source for entry in list_documents(settings)]
-    return welcome_markdown(sources, context.services().store.count(), language)
+def _welcome(language: Language, principal: Principal) -> str:
+    entries = visible_documents(context.services(), principal)  # counts too: no hint of what one may not see
+    return welcome_markdown([e.source for e in entries], sum(len(e.chunk_ids) for e in entries), language)
 
 
 @cl.on_chat_resume
 async def resume(thread: ThreadDict) -> None:
-    """Continue an earlier conversation: its turns become the history again."""
-    cl.user_session.set("history", history_from_steps(thread.get("steps", []), HISTORY_TURNS))
+    """Continue an earlier conversation: its turns become the history again (answers from documents the user
+    may no longer see are left out)."""
+    entries = await asyncio.to_thread(visible_documents, context.services(), _principal())
+    visible = {entry.doc_id for entry in entries}
+    cl.user_session.set("history", history_from_steps(thread.get("steps", []), HISTORY_TURNS, visible.__contains__))
 
 
 @cl.on_message
@@ -88,7 +101,7 @@ async def on_message(message: cl.Message) -> None:
     reply = cl.Message(content="")
     try:
         answer = await _answer(message.content, history, reply, language)
-    except ApiError:
+    except Busy:
         await _fail(reply, text(language, "busy"))
         return
     except (LLMUnavailable, StoreUnavailable, EmptyIndex) as exc:
@@ -107,15 +120,15 @@ _ERROR_TEXTS = {LLMUnavailable: "llm_down", StoreUnavailable: "store_down", Empt
 
 
 async def _answer(question: str, history: list[Message], reply: cl.Message, language: Language) -> Answer:
-    services = context.services()
-    async with services.gate_slot():
-        events = iterate_in_threadpool(services.engine.stream(question, history))
+    services, principal = context.services(), _principal()
+    async with services.gate.slot():
+        events = iterate_in_threadpool(services.engine.stream(question, history, principal=principal))
         async with cl.Step(name=text(language, "searching"), type="retrieval", show_input=False) as step:
             first = await anext(events)
             step.output = _retrieval_summary(first, question, language)
         answer = await _stream(first, events, reply)
     services.metrics.observe_answer(answer)
-    await _finish(reply, question, answer, language)
+    await _finish(reply, question, answer, language, principal)
     return answer
 
 
@@ -138,9 +151,10 @@ async def _stream(first: Event, events: AsyncIterator[Event], reply: cl.Message)
         event = await anext(events)
 
 
-async def _finish(reply: cl.Message, question: str, answer: Answer, language: Language) -> None:
+async def _finish(reply: cl.Message, question: str, answer: Answer, language: Language,
+                  principal: Principal) -> None:
     """Replace the streamed text with the finished message: answer, sources, metrics; panels behind [n]."""
-    files = await asyncio.to_thread(_document_files)
+    files = await asyncio.to_thread(_document_files, principal)
     reply.content = answer_markdown(answer, language)
     reply.elements = [_element(panel) for panel in source_panels(answer, files)]  # type: ignore[misc]
     body = ask_body(answer, context.settings.escalate_below)
@@ -149,8 +163,9 @@ async def _finish(reply: cl.Message, question: str, answer: Answer, language: La
     await reply.send()  # ends the stream (if any) and persists the message with its elements
 
 
-def _document_files() -> dict[str, Path]:
-    return {entry.doc_id: Path(entry.root) / entry.source for entry in list_documents(context.settings)}
+def _document_files(principal: Principal) -> dict[str, Path]:
+    return {entry.doc_id: Path(entry.root) / entry.source
+            for entry in visible_documents(context.services(), principal)}
 
 
 def _element(panel: SourcePanel) -> cl.Pdf | cl.Text:

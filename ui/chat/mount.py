@@ -12,9 +12,9 @@ from starlette.staticfiles import StaticFiles
 from rag.config import Settings
 from rag.errors import ConfigError
 from rag.wiring import build_feedback_store
-from ui.api.services import Services
 from ui.chat import CHAT_DIR, state
 from ui.chat.users import parse_users
+from ui.serving.services import Services
 
 CHAT_PATH = "/chat"
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from rag.config import Settings
 from rag.feedback import FeedbackStore
-from ui.api.services import Services
 from ui.chat.users import UiUser
+from ui.serving.services import Services
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,5 @@
-"""UI users from settings: `RAG_UI_USERS="alice:<hash>[:hr|finance],bob:<hash>"`, hashes from `rag hash-password`."""
+"""UI users from settings: `RAG_UI_USERS="alice:<hash>[:hr|finance[:admin]],bob:<hash>"`, hashes from
+`rag hash-password`; after the hash come the user's groups (`|`-separated, `*` for all) and role (reader by default)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import hmac
 import secrets
 from dataclasses import dataclass
 
+from rag.access import Principal
 from rag.errors import ConfigError
+from ui.serving.principals import grant
 
 SCHEME = "pbkdf2_sha256"
 ITERATIONS = 600_000  # OWASP's 2023 figure for PBKDF2-HMAC-SHA256
@@ -20,7 +23,12 @@ class UiUser:
 
     name: str
     password_hash: str
-    groups: tuple[str, ...] = ()
+    principal: Principal
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        """The user's groups, sorted (`*` users list none: they hold all)."""
+        return tuple(sorted(self.principal.groups))
 
 
 def hash_password(password: str, iterations: int = ITERATIONS) -> str:
@@ -48,11 +56,12 @@ def parse_users(spec: str) -> dict[str, UiUser]:
     users: dict[str, UiUser] = {}
     for entry in filter(None, (part.strip() for part in spec.split(","))):
         name, _, rest = entry.partition(":")
-        password_hash, _, groups = rest.partition(":")
+        password_hash, _, grants = rest.partition(":")
+        groups, _, role = grants.partition(":")
         if not name or not password_hash.startswith(f"{SCHEME}$") or password_hash.count("$") != 3:
-            raise ConfigError(f"RAG_UI_USERS: entry for {name or '?'!r} must be name:hash[:groups] with a hash "
-                              "from `rag hash-password`")
-        users[name] = UiUser(name, password_hash, tuple(sorted(g.strip() for g in groups.split("|") if g.strip())))
+            raise ConfigError(f"RAG_UI_USERS: entry for {name or '?'!r} must be name:hash[:groups[:role]] with a "
+                              "hash from `rag hash-password`")
+        users[name] = UiUser(name, password_hash, grant(name, groups, role, f"RAG_UI_USERS entry for {name!r}"))
     return users
 
 

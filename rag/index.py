@@ -1,0 +1,103 @@
+"""The two indexes under the retriever, side by side: dense (Chroma) and keyword (BM25), each behind a small
+Protocol, and the writer that mirrors every change into both so that they always hold the same chunks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from rag.access import DocAccess
+from rag.embedder import Vectors
+from rag.keyword import Admits, KeywordHit, KeywordIndex
+from rag.store import ChromaStore
+from rag.types import Chunk, Hit
+
+
+class DenseIndex(Protocol):
+    """Search by meaning; `where` is a filter built by rag.access (None: no restriction)."""
+
+    name: str
+
+    def search(self, query: Vectors, k: int, where: dict[str, Any] | None = None) -> list[Hit]:
+        """The k closest chunks the filter admits, best first."""
+        ...
+
+    def fetch(self, ids: Sequence[str], query: Vectors, where: dict[str, Any] | None = None) -> list[Hit]:
+        """Chunks by id that the filter admits, scored against the query."""
+        ...
+
+    def count(self) -> int:
+        """Number of chunks stored."""
+        ...
+
+
+class KeywordSearch(Protocol):
+    """Search by words; `admits` says which access labels the caller may see (None: all)."""
+
+    def search(self, query: str, k: int, include: Sequence[str] = (), admits: Admits | None = None) -> list[KeywordHit]:
+        """The k best visible chunks by BM25, then those named in `include`."""
+        ...
+
+    def warm(self) -> None:
+        """Load what the first search would otherwise wait for."""
+        ...
+
+
+class Index:
+    """What ingest writes to: the dense store and the keyword index, kept in step."""
+
+    def __init__(self, dense: ChromaStore, keyword: KeywordIndex | None) -> None:
+        self.dense = dense
+        self.keyword = keyword
+        self.name = dense.name
+
+    def heartbeat(self) -> None:
+        """Raise StoreUnavailable unless the dense store answers."""
+        self.dense.heartbeat()
+
+    def count(self) -> int:
+        """Number of chunks stored."""
+        return self.dense.count()
+
+    def upsert(self, chunks: Sequence[Chunk], vectors: Vectors) -> None:
+        """Store chunks with their vectors, dense side first (a crash in between is repaired by sync_keyword)."""
+        self.dense.upsert(chunks, vectors)
+        if self.keyword is not None:
+            self.keyword.add(chunks)
+
+    def delete(self, ids: Sequence[str]) -> None:
+        """Remove chunks from both sides."""
+        self.dense.delete(ids)
+        if self.keyword is not None:
+            self.keyword.delete(ids)
+
+    def set_access(self, ids: Sequence[str], access: DocAccess, previous: tuple[str, ...] = ()) -> None:
+        """Relabel a document's chunks on both sides, without embedding or tokenizing again."""
+        self.dense.set_access(ids, access, previous)
+        if self.keyword is not None:
+            self.keyword.set_access(ids, access)
+
+    def ids_of_document(self, doc_id: str) -> set[str]:
+        """Ids of every chunk stored for one document."""
+        return self.dense.ids_of_document(doc_id)
+
+    def all_ids(self) -> set[str]:
+        """Every chunk id in the dense store."""
+        return self.dense.all_ids()
+
+    def sync_keyword(self) -> tuple[int, int]:
+        """Bring the keyword index in line with the dense store (after a crash, or for an index built before
+        keyword search or access labels existed): (chunks added or relabelled, chunks removed)."""
+        if self.keyword is None:
+            return 0, 0
+        stored, indexed = self.all_ids(), self.keyword.ids()
+        missing, extra = sorted(stored - indexed), sorted(indexed - stored)
+        self.keyword.add(self.dense.chunks(missing))
+        self.keyword.delete(extra)
+        unlabelled = sorted(set(self.keyword.unlabelled()) & stored)
+        by_access: dict[DocAccess, list[str]] = {}
+        for chunk in self.dense.chunks(unlabelled):
+            by_access.setdefault(chunk.access, []).append(chunk.chunk_id)
+        for access, ids in by_access.items():
+            self.keyword.set_access(ids, access)
+        return len(missing) + len(unlabelled), len(extra)

@@ -1,0 +1,77 @@
+"""What every request shares: settings, the query engine, the index, keys and the generation gate."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+from rag.answer import QueryEngine
+from rag.config import Settings
+from rag.embedder import Embedder
+from rag.errors import Busy
+from rag.feedback import FeedbackStore
+from rag.index import Index
+from rag.llm import LLM
+from rag.wiring import build_embedder, build_engine, build_feedback_store, build_store
+from ui.serving.metrics import Metrics
+from ui.serving.principals import ApiKey, parse_api_keys
+
+
+class Gate:
+    """Bounds concurrent generations; a request waits up to `timeout` seconds for a slot, then gets Busy."""
+
+    def __init__(self, slots: int, timeout: float) -> None:
+        self._semaphore = asyncio.Semaphore(slots)
+        self._timeout = timeout
+
+    async def acquire(self) -> None:
+        """Take a slot or raise Busy."""
+        try:
+            await asyncio.wait_for(self._semaphore.acquire(), self._timeout)
+        except TimeoutError as exc:
+            raise Busy("all generation slots are busy; retry shortly") from exc
+
+    def release(self) -> None:
+        """Give a slot back."""
+        self._semaphore.release()
+
+    @asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        """Hold a slot for the block."""
+        await self.acquire()
+        try:
+            yield
+        finally:
+            self.release()
+
+
+@dataclass
+class Services:
+    """Built once per process from settings; the API's routes and the chat's handlers both receive it."""
+
+    settings: Settings
+    embedder: Embedder
+    store: Index
+    engine: QueryEngine
+    feedback: FeedbackStore
+    keys: list[ApiKey] = field(default_factory=list)
+    gate: Gate = field(init=False)
+    metrics: Metrics = field(default_factory=Metrics)
+
+    def __post_init__(self) -> None:
+        self.gate = Gate(self.settings.max_concurrent_generations, self.settings.queue_timeout_s)
+
+
+def build_services(settings: Settings, embedder: Embedder | None = None, llm: LLM | None = None,
+                   metrics: Metrics | None = None) -> Services:
+    """The real wiring (MiniLM, Chroma embedded or server, the openai client to vLLM); tests pass fakes for the
+    embedder or the LLM through this same function."""
+    keys = parse_api_keys(settings.api_keys)  # a bad key entry fails before anything heavy loads
+    embedder = embedder or build_embedder(settings)
+    store = build_store(settings)
+    engine = build_engine(settings, embedder=embedder, store=store, llm=llm)
+    engine.retriever.warm()
+    return Services(settings, embedder, store, engine, build_feedback_store(settings), keys,
+                    metrics=metrics or Metrics())
