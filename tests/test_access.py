@@ -35,7 +35,13 @@ ENG, HR = Principal("eng", frozenset({"eng"})), Principal("hr", frozenset({"hr"}
 Write = Callable[[str, str | bytes], Path]
 
 
-def _corpus(write: Write) -> None:
+def write_corpus(folder: Path) -> None:
+    """Three public documents, one of `eng`, and the canary in English and Chinese for `hr` (sidecars)."""
+
+    def write(name: str, text: str) -> None:
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text, encoding="utf-8")
+
     write("public/hours.md", "# Office hours\nThe office opens at 8:00 and closes at 18:00 on weekdays.\n")
     write("public/kitchen.md", "# Kitchen\nPlease empty the dishwasher when it has finished its cycle.\n")
     write("public/parking.md", "# Parking\nStaff park on level two of the garage; visitors on level one.\n")
@@ -47,13 +53,14 @@ def _corpus(write: Write) -> None:
     write("hr/bonus-zh.md.meta.yaml", "groups: hr\n")
 
 
-def _leaks(text: str) -> list[str]:
+def leaks(text: str) -> list[str]:
+    """The canary's words found in a response."""
     return [word for word in LEAKS if word in text.lower()]
 
 
 @pytest.fixture
 def client(docs: Path, write: Write, settings: Settings, embedder: CountingEmbedder) -> Iterator[TestClient]:
-    _corpus(write)
+    write_corpus(docs)
     local = settings.model_copy(update={"api_keys": f"{KEYS['eng']}:eng,{KEYS['hr']}:hr,{KEYS['admin']}:eng:admin",
                                         "refusal_threshold": 0.0})
     service.sync([docs], local, embedder=embedder)
@@ -80,7 +87,7 @@ def _every_exit(client: TestClient, key: str, question: str) -> dict[str, str]:
 def test_the_canary_reaches_no_one_outside_hr(client: TestClient, question: str) -> None:
     for role in ("eng", "admin"):
         for route, body in _every_exit(client, KEYS[role], question).items():
-            assert not _leaks(body), f"{role} got {_leaks(body)} from {route}: {body[:400]}"
+            assert not leaks(body), f"{role} got {leaks(body)} from {route}: {body[:400]}"
 
 
 @STORE_MODES
@@ -93,7 +100,7 @@ def test_the_canary_reaches_hr(client: TestClient) -> None:
 
 def test_cli_search_as_groups(docs: Path, write: Write, settings: Settings, cli_env: dict[str, str],
                               embedder: CountingEmbedder) -> None:
-    _corpus(write)
+    write_corpus(docs)
     service.sync([docs], settings, embedder=embedder)
 
     def search(*extra: str) -> str:
@@ -102,19 +109,19 @@ def test_cli_search_as_groups(docs: Path, write: Write, settings: Settings, cli_
         assert done.returncode == 0, done.stderr
         return done.stdout
 
-    assert not _leaks(search("--as", "eng"))
+    assert not leaks(search("--as", "eng"))
     assert CANARY in search("--as", "hr|finance")  # without --as the local operator sees all (test_store_contract)
 
 
 @STORE_MODES
 def test_filters_work_inside_retrieval_so_top_k_stays_full(docs: Path, write: Write, settings: Settings,
                                                             embedder: CountingEmbedder) -> None:
-    _corpus(write)
+    write_corpus(docs)
     service.sync([docs], settings, embedder=embedder)
     for mode in ("hybrid", "dense", "keyword"):
         retriever = build_retriever(settings.model_copy(update={"retrieval_mode": mode}), embedder)
         hits = retriever.search(QUESTIONS[0], 3, ENG)
-        assert not _leaks(" ".join(hit.text + hit.source for hit in hits)), mode
+        assert not leaks(" ".join(hit.text + hit.source for hit in hits)), mode
         assert len(hits) == 3 or mode == "keyword", mode  # BM25 alone returns only chunks sharing a word
         assert len(retriever.search("staff office deploys pool 2027 bonus", 3, ENG)) == 3, mode
         assert retriever.search(QUESTIONS[0], 1, HR)[0].source == "hr/bonus.md", mode
@@ -126,7 +133,7 @@ def test_filters_work_inside_retrieval_so_top_k_stays_full(docs: Path, write: Wr
 @STORE_MODES
 def test_sidecar_changes_relabel_without_embedding(docs: Path, write: Write, settings: Settings,
                                                    embedder: CountingEmbedder) -> None:
-    _corpus(write)
+    write_corpus(docs)
     service.sync([docs], settings, embedder=embedder)
     embedded = embedder.embedded
     write("hr/bonus.md.meta.yaml", "groups: [eng]\n")
@@ -140,7 +147,7 @@ def test_sidecar_changes_relabel_without_embedding(docs: Path, write: Write, set
 
 def test_unreadable_groups_lock_the_document(docs: Path, write: Write, settings: Settings,
                                              embedder: CountingEmbedder) -> None:
-    _corpus(write)
+    write_corpus(docs)
     write("hr/bonus.md.meta.yaml", "groups: [hr\n")  # broken YAML: the document must not fall open
     report = service.sync([docs], settings, embedder=embedder)[1]
     assert report.locked == ["hr/bonus.md"] and not report.failed
@@ -154,7 +161,7 @@ def test_unreadable_groups_lock_the_document(docs: Path, write: Write, settings:
 
 def test_an_index_from_before_access_labels_is_locked_until_synced(docs: Path, write: Write, settings: Settings,
                                                                    embedder: CountingEmbedder) -> None:
-    _corpus(write)
+    write_corpus(docs)
     service.sync([docs], settings, embedder=embedder)
     store = build_store(settings)
     ids = sorted(store.all_ids())
@@ -170,7 +177,7 @@ def test_an_index_from_before_access_labels_is_locked_until_synced(docs: Path, w
     report = service.sync([docs], settings, embedder=embedder)[1]
     assert (report.regrouped, embedder.embedded) == (6, embedded)
     assert retriever.search("office hours", 1, ENG)[0].source == "public/hours.md"
-    assert not _leaks(" ".join(hit.text for hit in retriever.search(QUESTIONS[0], 3, ENG)))
+    assert not leaks(" ".join(hit.text for hit in retriever.search(QUESTIONS[0], 3, ENG)))
 
 
 def test_chroma_failures_are_503_store_unavailable(tmp_path: Path, settings: Settings,
