@@ -42,11 +42,18 @@ class CountingEmbedder(Embedder):
         return super().embed_documents(texts)
 
 
+# Unit tests get an LLM address where nothing listens: one that reaches a real model by accident (a `make demo`
+# vLLM on the default port, say) fails fast instead of passing slowly and flakily. Integration tests are exempt.
+TRIPWIRE_LLM = "http://127.0.0.1:9/v1"
+
+
 @pytest.fixture(autouse=True)
-def _isolated_env(monkeypatch: pytest.MonkeyPatch) -> None:
+def _isolated_env(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
     for key in list(os.environ):
         if key.startswith("RAG_"):
             monkeypatch.delenv(key)
+    if request.node.get_closest_marker("integration") is None:
+        monkeypatch.setenv("RAG_LLM_BASE_URL", TRIPWIRE_LLM)
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from rag.config import Settings, load_settings
 from rag.errors import ConfigError
 from rag.wiring import build_store, resolve_embed_model
-from tests.conftest import REPO
+from tests.conftest import REPO, TRIPWIRE_LLM
 
 
 def test_every_setting_is_in_env_example() -> None:
@@ -38,3 +39,8 @@ def test_collection_built_with_another_embedder_is_refused(settings: Settings) -
     build_store(settings)
     with pytest.raises(ConfigError, match="was built with embedder"):
         build_store(settings.model_copy(update={"embed_model": "some/other-model"}))
+
+
+def test_unit_tests_cannot_reach_a_real_llm_by_accident() -> None:
+    assert os.environ["RAG_LLM_BASE_URL"] == TRIPWIRE_LLM
+    assert Settings(_env_file=None).llm_base_url == TRIPWIRE_LLM  # type: ignore[call-arg]

@@ -8,6 +8,7 @@ message, so a changed grant applies at once).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator
@@ -16,7 +17,6 @@ from typing import Any
 
 import chainlit as cl
 from chainlit.types import ThreadDict
-from starlette.concurrency import iterate_in_threadpool
 
 from rag.access import ANONYMOUS, Principal
 from rag.answer import Answer, Done, Event, Retrieved, Token
@@ -27,7 +27,7 @@ from ui.chat.data_layer import ChatDataLayer, history_from_steps
 from ui.chat.render import SourcePanel, answer_markdown, source_panels, welcome_markdown
 from ui.chat.texts import Language, pick_language, text
 from ui.chat.users import authenticate
-from ui.serving.answering import ask_body
+from ui.serving.answering import answer_stream, ask_body
 from ui.serving.documents import visible_documents
 
 log = logging.getLogger("rag.chat")
@@ -120,14 +120,13 @@ _ERROR_TEXTS = {LLMUnavailable: "llm_down", StoreUnavailable: "store_down", Empt
 
 
 async def _answer(question: str, history: list[Message], reply: cl.Message, language: Language) -> Answer:
-    services, principal = context.services(), _principal()
-    async with services.gate.slot():
-        events = iterate_in_threadpool(services.engine.stream(question, history, principal=principal))
-        async with cl.Step(name=text(language, "searching"), type="retrieval", show_input=False) as step:
-            first = await anext(events)
-            step.output = _retrieval_summary(first, question, language)
+    principal = _principal()
+    async with cl.Step(name=text(language, "searching"), type="retrieval", show_input=False) as step:
+        events = await answer_stream(context.services(), principal, question, history, None)
+        first = await anext(events)
+        step.output = _retrieval_summary(first, question, language)
+    async with contextlib.aclosing(events):  # gives the generation slot back even if the browser goes away
         answer = await _stream(first, events, reply)
-    services.metrics.observe_answer(answer)
     await _finish(reply, question, answer, language, principal)
     return answer
 

@@ -3,7 +3,7 @@ passed through, and the one mapping from answers to the wire bodies that the API
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncGenerator, Iterator, Sequence
 
 from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
 
@@ -26,7 +26,7 @@ async def answer_once(services: Services, principal: Principal, question: str, h
 
 
 async def answer_stream(services: Services, principal: Principal, question: str, history: Sequence[Message],
-                        top_k: int | None) -> AsyncIterator[Event]:
+                        top_k: int | None) -> AsyncGenerator[Event, None]:
     """Events of a streamed answer. Runs until the first token before returning, so that an empty index or an
     unreachable LLM becomes an error status instead of a broken stream."""
     await services.gate.acquire()
@@ -48,7 +48,7 @@ def _until_first_token(events: Iterator[Event]) -> list[Event]:
     return primed
 
 
-async def _rest(services: Services, primed: list[Event], events: Iterator[Event]) -> AsyncIterator[Event]:
+async def _rest(services: Services, primed: list[Event], events: Iterator[Event]) -> AsyncGenerator[Event, None]:
     try:
         for event in primed:
             yield _observed(services, event)
