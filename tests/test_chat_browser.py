@@ -15,11 +15,15 @@ from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Locator, Page, WebSocket, expect, sync_playwright
 
+from ingest.manifest import Entry
+from ingest.service import list_documents
 from rag.config import Settings
 from rag.wiring import build_feedback_store
 from tests.conftest import REPO, SAMPLES, LLMServer, free_port
+from ui.chat.render import welcome_markdown
+from ui.chat.texts import text as ui_text
 from ui.chat.users import hash_password
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -30,8 +34,18 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 ARTIFACTS = REPO / "tests" / "artifacts"
 BIN = REPO / ".venv" / "bin"
-USER, PASSWORD = "alice", "correct horse battery"
+USER, PASSWORD = "alice", "correct horse battery"  # groups staff: never sees the HR document
+HR_USER, HR_PASSWORD = "hana", "staple payroll lantern"  # groups hr
 ANSWER_TIMEOUT_MS = 180_000
+# An HR-only document (front matter groups: [hr]) whose facts must never reach alice, in any form.
+HR_SOURCE = "retention-bonus-2027.md"
+HR_DOCUMENT = ("---\ngroups: [hr]\n---\n# Retention bonus 2027\n\nThe retention bonus pool for 2027 is 7,340,000 "
+               "kroner, paid out in two instalments in March and September.\n")
+CANARY = "7,340,000"
+# Strings only the HR document (its number, words, title and file name) can put on alice's screen.
+HR_MARKERS = (CANARY, "7340000", "7 340 000", "kroner", "instalments", "retention bonus 2027", "retention-bonus")
+# A finished reply: an answer ends with its metrics line; a refusal or error is sent whole.
+FINISHED = re.compile(r"tok/s|Not in the documents|⚠️")
 
 
 @dataclass
@@ -76,12 +90,18 @@ def _stop(app: ChatApp) -> None:
 
 @pytest.fixture(scope="module")
 def chat_app(tmp_path_factory: pytest.TempPathFactory, llm_server: LLMServer) -> Iterator[ChatApp]:
-    """English samples ingested, sign-in on, answering with the session's vLLM."""
-    data_dir = tmp_path_factory.mktemp("chat") / "data"
-    subprocess.run([str(BIN / "rag-ingest"), str(SAMPLES / "en")], env=_env(data_dir), check=True,
-                   capture_output=True)
-    app = _serve(data_dir, data_dir.parent / "serve.log", llm_base_url=llm_server.settings.llm_base_url,
-                 ui_users=f"{USER}:{hash_password(PASSWORD)}:staff", ui_auth_secret="x" * 64)
+    """English samples and one HR-only document ingested, sign-in on (alice: staff, hana: hr), answering with the
+    session's vLLM."""
+    folder = tmp_path_factory.mktemp("chat")
+    data_dir, hr_docs = folder / "data", folder / "hr"
+    hr_docs.mkdir()
+    (hr_docs / HR_SOURCE).write_text(HR_DOCUMENT, encoding="utf-8")
+    for documents in (SAMPLES / "en", hr_docs):
+        subprocess.run([str(BIN / "rag-ingest"), str(documents)], env=_env(data_dir), check=True,
+                       capture_output=True)
+    users = f"{USER}:{hash_password(PASSWORD)}:staff,{HR_USER}:{hash_password(HR_PASSWORD)}:hr"
+    app = _serve(data_dir, folder / "serve.log", llm_base_url=llm_server.settings.llm_base_url,
+                 ui_users=users, ui_auth_secret="x" * 64)
     yield app
     _stop(app)
 
@@ -103,9 +123,9 @@ def page(browser: Browser) -> Iterator[Page]:
     context.close()
 
 
-def _sign_in(page: Page, app: ChatApp, password: str = PASSWORD) -> None:
+def _sign_in(page: Page, app: ChatApp, password: str = PASSWORD, user: str = USER) -> None:
     page.goto(f"{app.url}/chat/")
-    page.fill("#email", USER)
+    page.fill("#email", user)
     page.fill("#password", password)
     page.locator("button[type=submit]").click()
 
@@ -210,10 +230,151 @@ def test_chinese_browser_gets_chinese_ui(browser: Browser, chat_app: ChatApp) ->
     context.close()
 
 
+def _welcomes(app: ChatApp) -> tuple[str, str]:
+    """The welcome's count of documents, passages and kinds (up to its closing parenthesis, as the page shows it)
+    for alice (every document but the HR file) and for hana (all of them), from the index's manifest."""
+    entries = list_documents(Settings(data_dir=app.data_dir, _env_file=None))  # type: ignore[call-arg]
+    hr = [entry for entry in entries if entry.source == HR_SOURCE]
+    assert [entry.access for entry in hr] == ["|hr|"], entries
+    public = [entry for entry in entries if entry.source != HR_SOURCE]
+
+    def counted(documents: list[Entry]) -> str:
+        chunks = sum(len(entry.chunk_ids) for entry in documents)
+        return welcome_markdown([entry.source for entry in documents], chunks, "en").replace("**", "").split(")")[0]
+
+    return counted(public), counted(entries)
+
+
+def _watch_frames(page: Page) -> list[str]:
+    """Every WebSocket frame the page receives (Chainlit's socket.io), decoded."""
+    frames: list[str] = []
+
+    def watch(socket: WebSocket) -> None:
+        socket.on("framereceived", lambda payload: frames.append(
+            payload if isinstance(payload, str) else payload.decode(errors="replace")))
+
+    page.on("websocket", watch)
+    return frames
+
+
+def _expect_welcome(page: Page, welcome: str) -> None:
+    """Signed in, with the welcome counting what this user may see."""
+    expect(page.locator("[data-step-type=assistant_message]").first).to_contain_text(welcome, timeout=30_000)
+
+
+def _ask_in_new_chat(page: Page, app: ChatApp, question: str, welcome: str) -> Locator:
+    """Ask in a new conversation and wait for the finished reply. Without history there is nothing to condense,
+    so a question refused for want of a relevant document costs no LLM call."""
+    page.goto(f"{app.url}/chat/")
+    _expect_welcome(page, welcome)
+    _ask(page, question)
+    finished = page.locator("[data-step-type=assistant_message]").filter(has_text=FINISHED)
+    expect(finished).to_have_count(1, timeout=ANSWER_TIMEOUT_MS)
+    reply = finished.last.inner_text()
+    errors = [ui_text("en", key) for key in ("llm_down", "store_down", "empty_index", "busy")]
+    assert not any(error in reply for error in [*errors, "Something went wrong"]), reply
+    return finished.last
+
+
+def _source_panels(page: Page, answer: Locator) -> list[str]:
+    """The text of every side panel behind the answer's [n] links (a PDF panel shows its page number)."""
+    panels = []
+    for n in sorted(set(re.findall(r"\[(\d+)\]", answer.inner_text())), key=int):
+        answer.locator("a", has_text=f"[{n}]").last.click()
+        expect(page.locator("#side-view-title")).to_have_text(f"[{n}]")
+        content = page.locator("#side-view-content")
+        expect(content).to_contain_text(re.compile(r"\S"), timeout=30_000)
+        panels.append(content.inner_text())
+    return panels
+
+
+def _assert_no_hr(where: str, shown: str, *, phrase: bool = True) -> None:
+    """No trace of the HR document; `phrase` also rules out "retention bonus" (not where alice's own question
+    is part of the text)."""
+    markers = (*HR_MARKERS, "retention bonus") if phrase else HR_MARKERS
+    leaked = [marker for marker in markers if marker.lower() in shown.lower()]
+    assert not leaked, f"{where} shows {leaked}: {shown[:3000]}"
+
+
+def test_reader_outside_hr_never_sees_the_hr_document(page: Page, chat_app: ChatApp) -> None:
+    """alice (staff) asks for the HR canary in its own words, in a paraphrase and in Chinese: no answer, source,
+    panel, count or socket frame shows any of it."""
+    public, everything = _welcomes(chat_app)
+    assert public != everything
+    frames = _watch_frames(page)
+    _sign_in(page, chat_app)
+    _expect_welcome(page, public)
+    for question in ("What is the retention bonus pool for 2027?",
+                     "How much money is set aside for keeping staff next year?",
+                     "2027年的留任奖金总额是多少？"):
+        answer = _ask_in_new_chat(page, chat_app, question, public)  # the welcome counts no HR document
+        replies = page.locator("[data-step-type=assistant_message]").all_inner_texts()
+        _assert_no_hr(f"the reply to {question!r}", "\n".join(replies))
+        for panel in _source_panels(page, answer):
+            _assert_no_hr(f"a source panel of {question!r}", panel)
+        _assert_no_hr(f"the page after {question!r}", page.inner_text("body"), phrase=False)
+        _assert_no_hr(f"the HTML after {question!r}", page.content(), phrase=False)
+    assert any(FINISHED.search(frame) for frame in frames), "no reply came over the WebSocket"
+    _assert_no_hr("a WebSocket frame", "\n".join(frames), phrase=False)
+
+
+def _hana_thread(page: Page, app: ChatApp) -> str:
+    """The id of hana's one conversation, once it is stored with her answer (her own thread list and thread)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        listed = page.request.post(f"{app.url}/chat/project/threads", data={"pagination": {"first": 20}, "filter": {}})
+        assert listed.ok, listed.text()
+        threads = listed.json()["data"]
+        if len(threads) == 1 and CANARY in page.request.get(f"{app.url}/chat/project/thread/{threads[0]['id']}").text():
+            return str(threads[0]["id"])
+        time.sleep(0.5)
+    raise AssertionError("hana's conversation was not stored with her answer")
+
+
+def test_hr_member_sees_the_hr_document_and_nobody_else_opens_her_thread(browser: Browser,
+                                                                          chat_app: ChatApp) -> None:
+    public, everything = _welcomes(chat_app)
+    hana = browser.new_context(viewport={"width": 1280, "height": 900}, locale="en-US")
+    page = hana.new_page()
+    _sign_in(page, chat_app, HR_PASSWORD, user=HR_USER)
+    _expect_welcome(page, everything)
+    answer = _ask_in_new_chat(page, chat_app, "What is the retention bonus pool for 2027?", everything)
+    shown = answer.inner_text()
+    assert HR_SOURCE in shown, shown  # listed among the sources
+    if CANARY not in shown:
+        shown += "\n".join(_source_panels(page, answer))
+    assert CANARY in shown, shown
+    thread_id = _hana_thread(page, chat_app)
+    hana.close()
+
+    alice = browser.new_context(viewport={"width": 1280, "height": 900}, locale="en-US")
+    page = alice.new_page()
+    frames = _watch_frames(page)
+    _sign_in(page, chat_app)
+    _expect_welcome(page, public)
+    # Chainlit checks the author: alice can neither read hana's thread nor an element of it, nor list it.
+    for route in (f"thread/{thread_id}", f"thread/{thread_id}/element/x"):
+        response = page.request.get(f"{chat_app.url}/chat/project/{route}")
+        assert response.status in (401, 404), (route, response.status, response.text())
+        _assert_no_hr(f"/chat/project/{route}", response.text())
+    listed = page.request.post(f"{chat_app.url}/chat/project/threads", data={"pagination": {"first": 20}, "filter": {}})
+    assert listed.ok and thread_id not in listed.text(), listed.text()
+    # Opening hana's thread in the chat: the socket refuses to resume it, and nothing of it is shown (the sidebar
+    # lists alice's own conversations, named after her questions of the test above: hence phrase=False).
+    page.goto(f"{chat_app.url}/chat/thread/{thread_id}")
+    expect(page.get_by_text("Couldn't resume chat")).to_be_visible(timeout=30_000)
+    assert any("Connection refused" in frame for frame in frames), frames
+    _assert_no_hr("hana's thread opened by alice", page.inner_text("body"), phrase=False)
+    _assert_no_hr("a WebSocket frame of hana's thread", "\n".join(frames), phrase=False)
+    alice.close()
+
+
 def test_errors_are_messages_not_stack_traces(tmp_path: Path, page: Page) -> None:
     """Without sign-in (as in make demo): an empty index, then an unreachable LLM, each a clear chat message."""
     dead_llm = f"http://127.0.0.1:{free_port()}/v1"
-    app = _serve(tmp_path / "data", tmp_path / "serve.log", ui_auth="false", llm_base_url=dead_llm)
+    admin_key = "admin-key-" + "k" * 16  # uploads need an admin; the chat without sign-in is an anonymous reader
+    app = _serve(tmp_path / "data", tmp_path / "serve.log", ui_auth="false", llm_base_url=dead_llm,
+                 api_keys=f"{admin_key}:*:admin")
     try:
         page.goto(f"{app.url}/chat/")
         expect(page.get_by_text("The knowledge base is empty")).to_be_visible(timeout=30_000)
@@ -221,8 +382,9 @@ def test_errors_are_messages_not_stack_traces(tmp_path: Path, page: Page) -> Non
         # The welcome says so, and so does the reply.
         expect(page.get_by_text("The knowledge base is empty")).to_have_count(2, timeout=30_000)
 
-        upload = httpx.post(f"{app.url}/v1/documents", timeout=60, files={
-            "file": ("passwords.md", b"# Passwords\nReset your password at https://id.example.com/reset.")})
+        document = ("passwords.md", b"# Passwords\nReset your password at https://id.example.com/reset.")
+        upload = httpx.post(f"{app.url}/v1/documents", timeout=60, files={"file": document},
+                            headers={"Authorization": f"Bearer {admin_key}"})
         assert upload.status_code == 201, upload.text
         _ask(page, "How do I reset my password?")
         expect(page.get_by_text("The answer service is unreachable right now")).to_be_visible(timeout=30_000)
