@@ -14,7 +14,7 @@ from rag.config import Settings
 from rag.feedback import Feedback, FeedbackStore
 from rag.wiring import build_feedback_store
 from tests.conftest import PostgresServer
-from ui.chat.data_layer import ChatDataLayer, history_from_steps
+from ui.chat.data_layer import WITHHELD_ANSWER, ChatDataLayer, history_from_steps, redact_steps
 
 SOURCES = [{"n": 1, "source": "hr/leave.md", "page": None, "snippet": "25 days"}]
 
@@ -93,3 +93,17 @@ def test_a_resumed_conversation_gives_back_its_history() -> None:
         {"role": "user", "content": "How much leave?"}, {"role": "assistant", "content": "25 days [1]."},
         {"role": "user", "content": "And in the first year?"}]
     assert len(history_from_steps(steps, turns=2)) == 2
+
+
+def test_stored_answers_from_documents_no_longer_visible_are_redacted() -> None:
+    hr = '{"question": "Bonus?", "answer": "7,340,000 kroner [1].", "sources": [{"n": 1, "doc_id": "hr1"}]}'
+    steps = [{"type": "user_message", "output": "Bonus?", "metadata": None},
+             {"type": "retrieval", "output": "Searched for “retention bonus 7,340,000”", "metadata": None},
+             {"type": "assistant_message", "output": "7,340,000 kroner [1].", "metadata": hr}]
+    kept = [dict(step) for step in steps]
+    redact_steps(kept, {"hr1"})
+    assert kept == steps
+    assert history_from_steps(steps, 6, {"hr1"}.__contains__)[-1]["content"] == "7,340,000 kroner [1]."
+    assert history_from_steps(steps, 6, set().__contains__) == [{"role": "user", "content": "Bonus?"}]
+    redact_steps(steps, set())
+    assert "7,340,000" not in str(steps) and steps[2]["output"] == WITHHELD_ANSWER

@@ -13,6 +13,7 @@ from typing import Any
 
 from chainlit.data.sql_alchemy import SQLAlchemyDataLayer
 from chainlit.types import Feedback as ChainlitFeedback
+from chainlit.types import ThreadDict
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
@@ -48,11 +49,23 @@ def prepare_sqlite_folder(url: str) -> None:
 class ChatDataLayer(SQLAlchemyDataLayer):
     """Chainlit's SQL data layer that creates its tables on first use and copies ratings to the FeedbackStore."""
 
-    def __init__(self, url: str, feedback: FeedbackStore) -> None:
+    def __init__(self, url: str, feedback: FeedbackStore,
+                 visible_docs: Callable[[str], set[str]] = lambda user: set()) -> None:
         prepare_sqlite_folder(url)
         super().__init__(conninfo=url)
         self._feedback = feedback
+        self._visible_docs = visible_docs  # a user's name → the doc ids they may see now
         self._schema_ready = False
+
+    async def get_all_user_threads(self, user_id: str | None = None,
+                                   thread_id: str | None = None) -> list[ThreadDict] | None:
+        """Stored threads (listing, reading, resuming), with answers from documents their author may no longer
+        see replaced by a notice."""
+        threads: list[ThreadDict] | None = await super().get_all_user_threads(user_id, thread_id)
+        for thread in threads or []:
+            visible = await asyncio.to_thread(self._visible_docs, str(thread.get("userIdentifier") or ""))
+            redact_steps(thread.get("steps") or [], visible)  # type: ignore[arg-type]
+        return threads
 
     async def execute_sql(self, query: str, parameters: dict[str, Any]) -> list[dict[str, Any]] | int | None:
         """Run one statement, creating the tables before the first."""
@@ -104,6 +117,24 @@ def step_metadata(value: object) -> dict[str, Any]:
     """A stored step's metadata: a JSON string on SQLite, already a dict on some drivers."""
     loaded = json.loads(value) if isinstance(value, str) and value else value
     return loaded if isinstance(loaded, dict) else {}
+
+
+WITHHELD_ANSWER = "(This answer cited documents you can no longer see.)"
+
+
+def redact_steps(steps: list[dict[str, Any]], visible: set[str]) -> None:
+    """Replace, in place, each stored answer citing a document outside `visible`, and if any was, the searched-for
+    lines too (a condensed question can carry an answer's words)."""
+    redacted = False
+    for step in steps:
+        metadata = step_metadata(step.get("metadata"))
+        sources = metadata.get("sources") or []
+        if step.get("type") == "assistant_message" and not all(
+                isinstance(s, dict) and str(s.get("doc_id", "")) in visible for s in sources):
+            step["output"], step["metadata"], redacted = WITHHELD_ANSWER, {}, True
+    for step in steps if redacted else []:
+        if step.get("type") == "retrieval":
+            step["output"] = ""
 
 
 def history_from_steps(steps: Iterable[Mapping[str, Any]], turns: int,

@@ -49,17 +49,27 @@ if context.settings.ui_auth:
 @cl.data_layer
 def data_layer() -> ChatDataLayer:
     """History and feedback in RAG_CHAT_DB_URL; ratings also go to the feedback store."""
-    return ChatDataLayer(context.settings.chat_database_url, context.feedback)
+    return ChatDataLayer(context.settings.chat_database_url, context.feedback, _visible_to)
+
+
+def _visible_to(name: str) -> set[str]:
+    """The doc ids a chat user may see now (for their stored threads)."""
+    principal = _principal_of(name)
+    return {entry.doc_id for entry in visible_documents(context.services(), principal)}
+
+
+def _principal_of(name: str | None) -> Principal:
+    if not context.settings.ui_auth or not name:
+        return ANONYMOUS
+    configured = context.users.get(name)
+    return configured.principal if configured is not None else Principal(name)
 
 
 def _principal() -> Principal:
     """The signed-in user's current grant; without sign-in (RAG_UI_AUTH=false) an anonymous reader. A user no
     longer in RAG_UI_USERS holds no groups."""
     user = cl.user_session.get("user")
-    if not context.settings.ui_auth or user is None:
-        return ANONYMOUS
-    configured = context.users.get(user.identifier)
-    return configured.principal if configured is not None else Principal(user.identifier)
+    return _principal_of(user.identifier if user is not None else None)
 
 
 def _language() -> Language:
