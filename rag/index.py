@@ -18,12 +18,14 @@ class DenseIndex(Protocol):
 
     name: str
 
-    def search(self, query: Vectors, k: int, where: dict[str, Any] | None = None) -> list[Hit]:
-        """The k closest chunks the filter admits, best first."""
+    def search(self, query: Vectors, k: int, where: dict[str, Any] | None = None, admits: Admits | None = None,
+               overfetch: int = 0) -> list[Hit]:
+        """The k closest chunks the filter admits, best first (`admits`: the same rule on stored labels, which
+        lets the index look at the `overfetch` nearest unfiltered first)."""
         ...
 
-    def fetch(self, ids: Sequence[str], query: Vectors, where: dict[str, Any] | None = None) -> list[Hit]:
-        """Chunks by id that the filter admits, scored against the query."""
+    def fetch(self, ids: Sequence[str], query: Vectors, admits: Admits | None = None) -> list[Hit]:
+        """Chunks by id that `admits` lets through, scored against the query."""
         ...
 
     def count(self) -> int:
@@ -40,6 +42,10 @@ class KeywordSearch(Protocol):
 
     def warm(self) -> None:
         """Load what the first search would otherwise wait for."""
+        ...
+
+    def visible_share(self, admits: Admits) -> float:
+        """The share of indexed chunks that `admits` lets through (0–1)."""
         ...
 
 

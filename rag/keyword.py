@@ -197,6 +197,12 @@ class KeywordIndex:
         unseen = math.log(1 + (len(self._ids) + 0.5) / 0.5)
         return sum(self._idf.get(term, unseen) for term in terms) or 1.0
 
+    def visible_share(self, admits: Admits) -> float:
+        """The share of indexed chunks that `admits` lets through (0–1)."""
+        self._refresh()
+        visible = sum(len(positions) for label, positions in self._by_label.items() if admits(label))
+        return visible / len(self._ids) if self._ids else 0.0
+
     def _mask(self, admits: Admits | None) -> Any:
         """1.0 where the caller may see the chunk, else 0.0 (None: everything is visible)."""
         if admits is None:

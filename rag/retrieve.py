@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, Protocol
@@ -28,6 +29,11 @@ log = logging.getLogger("rag.retrieve")
 
 Mode = Literal["hybrid", "dense", "keyword"]
 CANDIDATES = 20  # per side, before fusion
+# The dense side looks at this many times the nearest chunks a principal's share of the index should hold, unfiltered,
+# before asking Chroma for a filtered query; beyond MAX_OVERFETCH the filtered query is the cheaper (it costs in
+# proportion to the chunks it admits, so a principal who sees little is served fast by it).
+OVERFETCH_MARGIN = 2.0
+MAX_OVERFETCH = 1000
 MARGIN_RANK = 5  # the keyword margin compares the best coverage with the fifth best
 
 
@@ -59,6 +65,12 @@ class Fusion:
         coverages = sorted((hit.coverage for hit in keyword), reverse=True) + [0.0] * MARGIN_RANK
         margin = coverages[0] - coverages[MARGIN_RANK - 1]
         return min(1.0, max(0.0, base - self.margin_pull * margin))
+
+
+def overfetch_for(n: int, share: float) -> int:
+    """How many nearest chunks to read unfiltered to expect n visible ones among them (0: filter in Chroma)."""
+    wanted = math.ceil(n * OVERFETCH_MARGIN / share) if share > 0 else MAX_OVERFETCH + 1
+    return wanted if wanted <= MAX_OVERFETCH else 0
 
 
 def fuse(dense: Sequence[Hit], keyword: Sequence[KeywordHit], extra: Sequence[Hit], weight: float) -> list[Hit]:
@@ -105,6 +117,11 @@ class Retriever:
             hits = self._reranker.rerank(question, hits)
         return self._visible(hits, principal)[:k]
 
+    def _overfetch(self, n: int, admits: Admits | None) -> int:
+        if admits is None or self._keyword is None:
+            return 0
+        return overfetch_for(n, self._keyword.visible_share(admits))
+
     def _visible(self, hits: list[Hit], principal: Principal) -> list[Hit]:
         # The filters above already did this; a hit failing here means a store and its labels disagree.
         visible = [hit for hit in hits if self.policy.label_allows(principal, hit.access)]
@@ -116,14 +133,15 @@ class Retriever:
     def _candidates(self, question: str, n: int, principal: Principal) -> list[Hit]:
         query = self._embedder.embed_query(question)
         where = self.policy.where(principal)
-        if self.mode == "dense" or self._keyword is None:
-            return self._dense.search(query, n, where)
         admits: Admits | None = None if principal.all_groups else functools.partial(self.policy.label_allows,
                                                                                       principal)
-        dense = self._dense.search(query, n, where) if self.mode == "hybrid" else []
+        overfetch = self._overfetch(n, admits)
+        if self.mode == "dense" or self._keyword is None:
+            return self._dense.search(query, n, where, admits, overfetch)
+        dense = self._dense.search(query, n, where, admits, overfetch) if self.mode == "hybrid" else []
         keyword = self._keyword.search(question, n, include=[hit.chunk_id for hit in dense], admits=admits)
         seen = {hit.chunk_id for hit in dense}
-        extra = self._dense.fetch([hit.chunk_id for hit in keyword if hit.chunk_id not in seen], query, where)
+        extra = self._dense.fetch([hit.chunk_id for hit in keyword if hit.chunk_id not in seen], query, admits)
         weight = self.fusion.dense_share(question, keyword) if self.mode == "hybrid" else 0.0
         return fuse(dense, keyword, extra, weight)
 

@@ -5,6 +5,7 @@ canary, so only the excerpts decide what is shown. The same suite against real v
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 import subprocess
@@ -17,6 +18,7 @@ from fastapi.testclient import TestClient
 from ingest import service
 from rag.access import ANONYMOUS, LOCAL_OPERATOR, DocAccess, Principal
 from rag.config import Settings
+from rag.retrieve import overfetch_for
 from rag.wiring import build_retriever, build_store
 from tests.conftest import REPO, STORE_MODES, CountingEmbedder, start_chroma
 from tests.fake_llm import FakeLLMServer
@@ -205,3 +207,17 @@ def test_document_access_values() -> None:
     assert DocAccess.from_label(None).locked and DocAccess.from_label("|bad name|").locked
     assert DocAccess(("hr",)).metadata(previous=("eng", "hr")) == {"access": "grouped", "groups": "|hr|",
                                                                   "group:eng": False, "group:hr": True}
+
+
+@STORE_MODES
+def test_the_unfiltered_look_ahead_gives_the_filtered_query_s_answer(docs: Path, settings: Settings,
+                                                                     embedder: CountingEmbedder) -> None:
+    write_corpus(docs)
+    service.sync([docs], settings, embedder=embedder)
+    dense, policy = build_store(settings).dense, settings.access_policy
+    query = embedder.embed_query("When do deploys happen and where do staff park?")
+    admits = functools.partial(policy.label_allows, ENG)
+    filtered = [hit.chunk_id for hit in dense.search(query, 3, policy.where(ENG))]
+    assert [hit.chunk_id for hit in dense.search(query, 3, policy.where(ENG), admits, overfetch=6)] == filtered
+    assert len(dense.search(query, 4, policy.where(ENG), admits, overfetch=5)) == 4  # too few: the filtered query
+    assert (overfetch_for(20, 0.19), overfetch_for(20, 1.0), overfetch_for(20, 0.01)) == (211, 40, 0)
