@@ -3,7 +3,7 @@ Protocol, and the writer that mirrors every change into both so that they always
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from rag.access import DocAccess
@@ -19,9 +19,9 @@ class DenseIndex(Protocol):
     name: str
 
     def search(self, query: Vectors, k: int, where: dict[str, Any] | None = None, admits: Admits | None = None,
-               overfetch: int = 0) -> list[Hit]:
-        """The k closest chunks the filter admits, best first (`admits`: the same rule on stored labels, which
-        lets the index look at the `overfetch` nearest unfiltered first)."""
+               overfetch: int = 0, likely: Callable[[str], bool] | None = None) -> list[Hit]:
+        """The k closest chunks the filter admits, best first (`admits`: the same rule on stored labels, `likely`:
+        on a copy by chunk id; together they let the index look at the `overfetch` nearest unfiltered first)."""
         ...
 
     def fetch(self, ids: Sequence[str], query: Vectors, admits: Admits | None = None) -> list[Hit]:
@@ -46,6 +46,10 @@ class KeywordSearch(Protocol):
 
     def visible_share(self, admits: Admits) -> float:
         """The share of indexed chunks that `admits` lets through (0–1)."""
+        ...
+
+    def likely(self, admits: Admits) -> Callable[[str], bool]:
+        """`admits` by chunk id, from the index's copy of the labels."""
         ...
 
 

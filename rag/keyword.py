@@ -203,6 +203,14 @@ class KeywordIndex:
         visible = sum(len(positions) for label, positions in self._by_label.items() if admits(label))
         return visible / len(self._ids) if self._ids else 0.0
 
+    def likely(self, admits: Admits) -> Callable[[str], bool]:
+        """Whether `admits` lets a chunk through, by chunk id, from this index's copy of the labels (unknown ids:
+        no); a fast first look for the dense side, which checks the stored label again."""
+        self._refresh()
+        position, labels = self._position, self._labels
+        verdicts = {label: admits(label) for label in self._by_label}
+        return lambda chunk_id: (p := position.get(chunk_id)) is not None and verdicts[labels[p]]
+
     def _mask(self, admits: Admits | None) -> Any:
         """1.0 where the caller may see the chunk, else 0.0 (None: everything is visible)."""
         if admits is None:

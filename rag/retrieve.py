@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, Protocol
 
@@ -117,10 +117,11 @@ class Retriever:
             hits = self._reranker.rerank(question, hits)
         return self._visible(hits, principal)[:k]
 
-    def _overfetch(self, n: int, admits: Admits | None) -> int:
+    def _look_ahead(self, n: int, admits: Admits | None) -> tuple[int, Callable[[str], bool] | None]:
+        """(How many nearest chunks the dense side reads unfiltered first, the label copy it checks them by)."""
         if admits is None or self._keyword is None:
-            return 0
-        return overfetch_for(n, self._keyword.visible_share(admits))
+            return 0, None
+        return overfetch_for(n, self._keyword.visible_share(admits)), self._keyword.likely(admits)
 
     def _visible(self, hits: list[Hit], principal: Principal) -> list[Hit]:
         # The filters above already did this; a hit failing here means a store and its labels disagree.
@@ -135,10 +136,10 @@ class Retriever:
         where = self.policy.where(principal)
         admits: Admits | None = None if principal.all_groups else functools.partial(self.policy.label_allows,
                                                                                       principal)
-        overfetch = self._overfetch(n, admits)
+        look_ahead = self._look_ahead(n, admits)
         if self.mode == "dense" or self._keyword is None:
-            return self._dense.search(query, n, where, admits, overfetch)
-        dense = self._dense.search(query, n, where, admits, overfetch) if self.mode == "hybrid" else []
+            return self._dense.search(query, n, where, admits, *look_ahead)
+        dense = self._dense.search(query, n, where, admits, *look_ahead) if self.mode == "hybrid" else []
         keyword = self._keyword.search(question, n, include=[hit.chunk_id for hit in dense], admits=admits)
         seen = {hit.chunk_id for hit in dense}
         extra = self._dense.fetch([hit.chunk_id for hit in keyword if hit.chunk_id not in seen], query, admits)

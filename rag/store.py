@@ -6,7 +6,7 @@ the API), never as a bare driver error. Searches take a `where` filter built by 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -140,19 +140,36 @@ class ChromaStore:
         return out
 
     def search(self, query: Vectors, k: int, where: dict[str, Any] | None = None, admits: Admits | None = None,
-               overfetch: int = 0) -> list[Hit]:
+               overfetch: int = 0, likely: Callable[[str], bool] | None = None) -> list[Hit]:
         """The k chunks closest to a normalized query vector that the filter admits, best first.
 
-        With `overfetch` (> k) and `admits` (the same rule as `where`, on stored labels), the nearest `overfetch`
-        chunks are read without the filter first and the admitted ones kept: when k of them are admitted they are
-        exactly the k nearest admitted chunks (any nearer one would be among the nearest `overfetch`). Chroma's
-        filtered query costs in proportion to the chunks it admits (~0.3 s at 20k of 100k, measured), an unfiltered
-        one does not; the filtered query runs only when the unfiltered look did not find k."""
-        if where is not None and admits is not None and overfetch > k:
-            admitted = [hit for hit in self._query(query, overfetch, None) if admits(hit.access)]
+        With `overfetch` (> k), `admits` (the same rule as `where`, on stored labels) and `likely` (that rule on a
+        copy of the labels by chunk id, e.g. the keyword index's), the nearest `overfetch` ids are read without the
+        filter first and the first k likely ones kept, then their stored labels checked: when all k pass they are
+        the k nearest admitted chunks. Chroma's filtered query costs in proportion to the chunks it admits (~0.3 s
+        at 20k of 100k, measured) and reading labels with a look-ahead costs ~5 times the look-ahead itself, ids
+        and distances do not; the filtered query runs only when the look-ahead falls short."""
+        if where is not None and admits is not None and likely is not None and overfetch > k:
+            admitted = self._nearest_admitted(query, k, admits, overfetch, likely)
             if len(admitted) >= k:
-                return admitted[:k]
+                return admitted
         return self._query(query, k, where)
+
+    def _nearest_admitted(self, query: Vectors, k: int, admits: Admits, overfetch: int,
+                          likely: Callable[[str], bool]) -> list[Hit]:
+        with _chroma("search"):
+            found = self._collection.query(query_embeddings=np.asarray([query], dtype=np.float32),
+                                           n_results=overfetch, include=["distances"])
+        picked = [(i, d) for i, d in zip(found["ids"][0], (found["distances"] or [[]])[0], strict=True)
+                  if likely(i)][:k]
+        if len(picked) < k:
+            return []
+        with _chroma("read chunks"):
+            rows = self._collection.get(ids=[i for i, _ in picked], include=["documents", "metadatas"])
+        stored = {i: (text, meta) for i, text, meta in zip(rows["ids"], rows["documents"] or [],
+                                                           rows["metadatas"] or [], strict=True)}
+        hits = [_hit(i, *stored[i], d) for i, d in picked if i in stored]
+        return [hit for hit in hits if admits(hit.access)]  # the stored label decides, not the copy
 
     def _query(self, query: Vectors, k: int, where: dict[str, Any] | None) -> list[Hit]:
         with _chroma("search"):

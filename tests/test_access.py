@@ -214,10 +214,13 @@ def test_the_unfiltered_look_ahead_gives_the_filtered_query_s_answer(docs: Path,
                                                                      embedder: CountingEmbedder) -> None:
     write_corpus(docs)
     service.sync([docs], settings, embedder=embedder)
-    dense, policy = build_store(settings).dense, settings.access_policy
+    index, policy = build_store(settings), settings.access_policy
+    assert index.keyword is not None
     query = embedder.embed_query("When do deploys happen and where do staff park?")
     admits = functools.partial(policy.label_allows, ENG)
-    filtered = [hit.chunk_id for hit in dense.search(query, 3, policy.where(ENG))]
-    assert [hit.chunk_id for hit in dense.search(query, 3, policy.where(ENG), admits, overfetch=6)] == filtered
-    assert len(dense.search(query, 4, policy.where(ENG), admits, overfetch=5)) == 4  # too few: the filtered query
+    likely, where = index.keyword.likely(admits), policy.where(ENG)
+    filtered = [hit.chunk_id for hit in index.dense.search(query, 3, where)]
+    assert [hit.chunk_id for hit in index.dense.search(query, 3, where, admits, 6, likely)] == filtered
+    assert len(index.dense.search(query, 4, where, admits, 5, likely)) == 4  # too few: the filtered query
+    assert not leaks(" ".join(h.text for h in index.dense.search(query, 4, where, admits, 6, lambda _: True)))
     assert (overfetch_for(20, 0.19), overfetch_for(20, 1.0), overfetch_for(20, 0.01)) == (211, 40, 0)
