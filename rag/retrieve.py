@@ -29,11 +29,13 @@ log = logging.getLogger("rag.retrieve")
 
 Mode = Literal["hybrid", "dense", "keyword"]
 CANDIDATES = 20  # per side, before fusion
-# The dense side looks at this many times the nearest chunks a principal's share of the index should hold, unfiltered,
-# before asking Chroma for a filtered query; beyond MAX_OVERFETCH the filtered query is the cheaper (it costs in
-# proportion to the chunks it admits, so a principal who sees little is served fast by it).
-OVERFETCH_MARGIN = 2.0
-MAX_OVERFETCH = 1000
+# The dense side first reads the nearest ids unfiltered (ids and distances only: ~10 µs each), enough to expect n
+# visible ones twice over and never fewer than MIN_LOOK_AHEAD (fewer made dense-only queries fall back often);
+# Chroma's filtered query costs ~18 µs per chunk it admits, so beyond MAX_LOOK_AHEAD it is the cheaper one
+# (measured at 100k chunks: benchmarks/access_latency.py).
+LOOK_AHEAD_MARGIN = 2.0
+MIN_LOOK_AHEAD = 200
+MAX_LOOK_AHEAD = 4000
 MARGIN_RANK = 5  # the keyword margin compares the best coverage with the fifth best
 
 
@@ -69,8 +71,8 @@ class Fusion:
 
 def overfetch_for(n: int, share: float) -> int:
     """How many nearest chunks to read unfiltered to expect n visible ones among them (0: filter in Chroma)."""
-    wanted = math.ceil(n * OVERFETCH_MARGIN / share) if share > 0 else MAX_OVERFETCH + 1
-    return wanted if wanted <= MAX_OVERFETCH else 0
+    wanted = math.ceil(n * LOOK_AHEAD_MARGIN / share) if share > 0 else MAX_LOOK_AHEAD + 1
+    return max(wanted, MIN_LOOK_AHEAD) if wanted <= MAX_LOOK_AHEAD else 0
 
 
 def fuse(dense: Sequence[Hit], keyword: Sequence[KeywordHit], extra: Sequence[Hit], weight: float) -> list[Hit]:

@@ -145,10 +145,12 @@ class ChromaStore:
 
         With `overfetch` (> k), `admits` (the same rule as `where`, on stored labels) and `likely` (that rule on a
         copy of the labels by chunk id, e.g. the keyword index's), the nearest `overfetch` ids are read without the
-        filter first and the first k likely ones kept, then their stored labels checked: when all k pass they are
-        the k nearest admitted chunks. Chroma's filtered query costs in proportion to the chunks it admits (~0.3 s
-        at 20k of 100k, measured) and reading labels with a look-ahead costs ~5 times the look-ahead itself, ids
-        and distances do not; the filtered query runs only when the look-ahead falls short."""
+        filter first and the first k likely ones kept, then their stored labels checked. When all k pass they are
+        the k nearest admitted chunks of the index's (approximate, HNSW) nearest list: as accurate as an unfiltered
+        search (recall@20 against exact search 0.92; unfiltered HNSW 0.91, Chroma's filter 0.98). Chroma's
+        filtered query costs ~18 µs per chunk it admits (0.3 s at 20k of 100k), while ids and distances cost
+        ~10 µs per look-ahead row and labels five times that; the filtered query runs only when the look-ahead
+        falls short."""
         if where is not None and admits is not None and likely is not None and overfetch > k:
             admitted = self._nearest_admitted(query, k, admits, overfetch, likely)
             if len(admitted) >= k:

@@ -223,4 +223,4 @@ def test_the_unfiltered_look_ahead_gives_the_filtered_query_s_answer(docs: Path,
     assert [hit.chunk_id for hit in index.dense.search(query, 3, where, admits, 6, likely)] == filtered
     assert len(index.dense.search(query, 4, where, admits, 5, likely)) == 4  # too few: the filtered query
     assert not leaks(" ".join(h.text for h in index.dense.search(query, 4, where, admits, 6, lambda _: True)))
-    assert (overfetch_for(20, 0.19), overfetch_for(20, 1.0), overfetch_for(20, 0.01)) == (211, 40, 0)
+    assert (overfetch_for(20, 0.19), overfetch_for(20, 1.0), overfetch_for(20, 0.005)) == (211, 200, 0)
