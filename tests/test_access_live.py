@@ -6,18 +6,15 @@ from __future__ import annotations
 
 import json
 import subprocess
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 
 from ingest import service
 from rag.config import Settings
-from tests.conftest import REPO, ChromaServer, free_port
+from tests.conftest import REPO, ChromaServer, free_port, serving
 from tests.test_access import CANARY, KEYS, QUESTIONS, leaks, write_corpus
 from ui.api.app import create_app
 from ui.serving.services import build_services
@@ -33,15 +30,8 @@ def api(tmp_path_factory: pytest.TempPathFactory, llm_settings: Settings, real_e
     settings = llm_settings.model_copy(update={"data_dir": data, "docs_dir": data / "docs", "api_keys": keys})
     service.sync([data / "docs"], settings, embedder=real_embedder)  # type: ignore[arg-type]
     app = create_app(settings, build_services(settings, embedder=real_embedder))  # type: ignore[arg-type]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{server.config.port}"
-    server.should_exit = True
-    thread.join(timeout=30)
+    with serving(app) as url:
+        yield url
 
 
 def _headers(role: str) -> dict[str, str]:

@@ -3,31 +3,22 @@ LangChain's ChatOpenAI, an upload → ask round trip, and a vLLM outage with rec
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 from openai import OpenAI
 
 from rag.config import Settings
-from tests.conftest import SAMPLES, LLMServer
+from tests.conftest import SAMPLES, LLMServer, serving
 from tests.docs_factory import pdf_bytes
 from ui.api.app import create_app
 from ui.serving.services import build_services
 
 pytestmark = pytest.mark.integration
 KEY = "test-key-0123456789abcdef"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -39,16 +30,8 @@ def api(tmp_path_factory: pytest.TempPathFactory, llm_settings: Settings, real_e
     service.sync([SAMPLES], settings, embedder=real_embedder)  # type: ignore[arg-type]
     uploads = settings.model_copy(update={"docs_dir": data / "uploads"})
     app = create_app(uploads, build_services(uploads, embedder=real_embedder))  # type: ignore[arg-type]
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=30)
+    with serving(app) as url:
+        yield url
 
 
 def _client(api: str) -> OpenAI:

@@ -34,26 +34,21 @@ def error_response(status: int, kind: str, message: str, headers: dict[str, str]
     return JSONResponse({"error": {"type": kind, "message": message}}, status_code=status, headers=headers)
 
 
+# The core's named errors as (status, type), most specific first; anything else from upstream is a 502.
+STATUSES: tuple[tuple[type[RagError], int, str], ...] = (
+    (Busy, 429, "busy"), (Forbidden, 403, "forbidden"), (NotFound, 404, "not_found"),
+    (Conflict, 409, "document_exists"), (InvalidDocument, 422, "unreadable_document"),
+    (LLMUnavailable, 503, "llm_unavailable"), (StoreUnavailable, 503, "store_unavailable"),
+    (EmptyIndex, 503, "empty_index"), (ConfigError, 500, "config_error"),
+)
+
+
 def from_rag_error(exc: RagError) -> ApiError:
     """The status and type for the core's named errors."""
-    if isinstance(exc, Busy):
-        return ApiError(429, "busy", str(exc), headers={"Retry-After": str(exc.retry_after_s)})
-    if isinstance(exc, Forbidden):
-        return ApiError(403, "forbidden", str(exc))
-    if isinstance(exc, NotFound):
-        return ApiError(404, "not_found", str(exc))
-    if isinstance(exc, Conflict):
-        return ApiError(409, "document_exists", str(exc))
-    if isinstance(exc, InvalidDocument):
-        return ApiError(422, "unreadable_document", str(exc))
-    if isinstance(exc, LLMUnavailable):
-        return ApiError(503, "llm_unavailable", str(exc))
-    if isinstance(exc, StoreUnavailable):
-        return ApiError(503, "store_unavailable", str(exc))
-    if isinstance(exc, EmptyIndex):
-        return ApiError(503, "empty_index", str(exc))
-    if isinstance(exc, ConfigError):
-        return ApiError(500, "config_error", str(exc))
+    for kind, status, name in STATUSES:
+        if isinstance(exc, kind):
+            headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, Busy) else None
+            return ApiError(status, name, str(exc), headers=headers)
     return ApiError(502, "upstream_error", str(exc))
 
 
