@@ -74,6 +74,11 @@ class DocAccess:
             return LOCKED
         return "|" + "|".join(self.groups) + "|" if self.groups else OPEN
 
+    @property
+    def kind(self) -> Literal["open", "grouped", "locked"]:
+        """`locked`, `grouped` (readable groups) or `open` (no groups: RAG_UNGROUPED decides)."""
+        return "locked" if self.locked else "grouped" if self.groups else "open"
+
     @classmethod
     def from_label(cls, label: str | None) -> DocAccess:
         """The inverse of `label`; a missing or unknown label is locked (fail closed)."""
@@ -98,8 +103,7 @@ class DocAccess:
     def metadata(self, previous: tuple[str, ...] = ()) -> dict[str, str | bool]:
         """Chunk metadata: `access`, the `groups` label, and `group:NAME: True` per group. Groups of `previous`
         that are gone are set False (Chroma may merge metadata on update, and a stale True would leak)."""
-        meta: dict[str, str | bool] = {"access": LOCKED if self.locked else GROUPED if self.groups else OPEN,
-                                       "groups": "" if self.locked or not self.groups else self.label}
+        meta: dict[str, str | bool] = {"access": self.kind, "groups": self.label if self.kind == GROUPED else ""}
         meta.update({GROUP_KEY + group: False for group in previous if group not in self.groups or self.locked})
         if not self.locked:
             meta.update({GROUP_KEY + group: True for group in self.groups})

@@ -44,12 +44,8 @@ class KeywordSearch(Protocol):
         """Load what the first search would otherwise wait for."""
         ...
 
-    def visible_share(self, admits: Admits) -> float:
-        """The share of indexed chunks that `admits` lets through (0–1)."""
-        ...
-
-    def likely(self, admits: Admits) -> Callable[[str], bool]:
-        """`admits` by chunk id, from the index's copy of the labels."""
+    def visibility(self, admits: Admits) -> tuple[float, Callable[[str], bool]]:
+        """The share of chunks `admits` lets through, and that rule by chunk id from the index's copy of labels."""
         ...
 
 

@@ -197,19 +197,16 @@ class KeywordIndex:
         unseen = math.log(1 + (len(self._ids) + 0.5) / 0.5)
         return sum(self._idf.get(term, unseen) for term in terms) or 1.0
 
-    def visible_share(self, admits: Admits) -> float:
-        """The share of indexed chunks that `admits` lets through (0–1)."""
-        self._refresh()
-        visible = sum(len(positions) for label, positions in self._by_label.items() if admits(label))
-        return visible / len(self._ids) if self._ids else 0.0
-
-    def likely(self, admits: Admits) -> Callable[[str], bool]:
-        """Whether `admits` lets a chunk through, by chunk id, from this index's copy of the labels (unknown ids:
-        no); a fast first look for the dense side, which checks the stored label again."""
+    def visibility(self, admits: Admits) -> tuple[float, Callable[[str], bool]]:
+        """The share of indexed chunks that `admits` lets through (0–1), and the same rule by chunk id from this
+        index's copy of the labels (unknown ids: no): a fast first look for the dense side, which checks the
+        stored label again."""
         self._refresh()
         position, labels = self._position, self._labels
         verdicts = {label: admits(label) for label in self._by_label}
-        return lambda chunk_id: (p := position.get(chunk_id)) is not None and verdicts[labels[p]]
+        visible = sum(len(positions) for label, positions in self._by_label.items() if verdicts[label])
+        share = visible / len(self._ids) if self._ids else 0.0
+        return share, lambda chunk_id: (p := position.get(chunk_id)) is not None and verdicts[labels[p]]
 
     def _mask(self, admits: Admits | None) -> Any:
         """1.0 where the caller may see the chunk, else 0.0 (None: everything is visible)."""

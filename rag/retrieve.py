@@ -123,7 +123,8 @@ class Retriever:
         """(How many nearest chunks the dense side reads unfiltered first, the label copy it checks them by)."""
         if admits is None or self._keyword is None:
             return 0, None
-        return overfetch_for(n, self._keyword.visible_share(admits)), self._keyword.likely(admits)
+        share, likely = self._keyword.visibility(admits)
+        return overfetch_for(n, share), likely
 
     def _visible(self, hits: list[Hit], principal: Principal) -> list[Hit]:
         # The filters above already did this; a hit failing here means a store and its labels disagree.

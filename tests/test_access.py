@@ -218,7 +218,7 @@ def test_the_unfiltered_look_ahead_gives_the_filtered_query_s_answer(docs: Path,
     assert index.keyword is not None
     query = embedder.embed_query("When do deploys happen and where do staff park?")
     admits = functools.partial(policy.label_allows, ENG)
-    likely, where = index.keyword.likely(admits), policy.where(ENG)
+    (_, likely), where = index.keyword.visibility(admits), policy.where(ENG)
     filtered = [hit.chunk_id for hit in index.dense.search(query, 3, where)]
     assert [hit.chunk_id for hit in index.dense.search(query, 3, where, admits, 6, likely)] == filtered
     assert len(index.dense.search(query, 4, where, admits, 5, likely)) == 4  # too few: the filtered query

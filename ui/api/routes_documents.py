@@ -10,7 +10,7 @@ import re
 import tempfile
 import unicodedata
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import APIRouter, Query, UploadFile
 from starlette.concurrency import run_in_threadpool
@@ -107,7 +107,6 @@ async def feedback(services: ServicesDep, principal: PrincipalDep,
 
 def _document(entry: Entry) -> DocumentOut:
     access = DocAccess.from_label(entry.access)
-    kind: Literal["open", "grouped", "locked"] = "locked" if access.locked else "grouped" if access.groups else "open"
     return DocumentOut(id=entry.doc_id, source=entry.source, content_hash=entry.content_hash,
-                       chunks=len(entry.chunk_ids), ingested_at=entry.ingested_at, access=kind,
+                       chunks=len(entry.chunk_ids), ingested_at=entry.ingested_at, access=access.kind,
                        groups=list(access.groups))

@@ -48,8 +48,9 @@ if context.settings.ui_auth:
 
 @cl.data_layer
 def data_layer() -> ChatDataLayer:
-    """History and feedback in RAG_CHAT_DB_URL; ratings also go to the feedback store."""
-    return ChatDataLayer(context.settings.chat_database_url, context.feedback, _visible_to)
+    """History and feedback in RAG_CHAT_DB_URL; ratings also go to the services' feedback store. Chainlit builds
+    it on first use, by which time the app's start-up has built the services."""
+    return ChatDataLayer(context.settings.chat_database_url, context.services().feedback, _visible_to)
 
 
 def _visible_to(name: str) -> set[str]:

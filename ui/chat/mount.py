@@ -11,7 +11,6 @@ from starlette.staticfiles import StaticFiles
 
 from rag.config import Settings
 from rag.errors import ConfigError
-from rag.wiring import build_feedback_store
 from ui.chat import CHAT_DIR, state
 from ui.chat.users import parse_users
 from ui.serving.services import Services
@@ -30,7 +29,7 @@ def mount_chat(app: FastAPI, settings: Settings, services: Callable[[], Services
             raise ConfigError("RAG_UI_USERS names no user (name:hash entries, hashes from `rag hash-password`); "
                               "or RAG_UI_AUTH=false for local use without sign-in")
         os.environ["CHAINLIT_AUTH_SECRET"] = settings.ui_auth_secret
-    state.install(state.ChatContext(settings, services, users, build_feedback_store(settings)))
+    state.install(state.ChatContext(settings, services, users))
     import chainlit
     from chainlit.utils import mount_chainlit
 

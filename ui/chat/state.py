@@ -6,19 +6,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rag.config import Settings
-from rag.feedback import FeedbackStore
 from ui.chat.users import UiUser
 from ui.serving.services import Services
 
 
 @dataclass(frozen=True, slots=True)
 class ChatContext:
-    """Settings, the API's services (built at start-up, hence a callable), UI users and the feedback store."""
+    """Settings, the API's services (built at start-up, hence a callable) and the UI users."""
 
     settings: Settings
     services: Callable[[], Services]
     users: dict[str, UiUser]
-    feedback: FeedbackStore
 
 
 _installed: list[ChatContext] = []
