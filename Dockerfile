@@ -35,4 +35,6 @@ USER rag
 EXPOSE 8000
 HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
     CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=4)"]
+# Every interface of the container, so that its published port reaches it: `rag serve` then refuses to start unless
+# RAG_API_KEYS, the chat's sign-in (RAG_UI_AUTH_SECRET, RAG_UI_USERS) and RAG_TRUSTED_HOSTS are set.
 CMD ["rag", "serve", "--host", "0.0.0.0", "--port", "8000"]

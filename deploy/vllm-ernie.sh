@@ -5,14 +5,26 @@
 # EngineArgs field in vllm/engine/arg_utils.py.
 #
 # The app then needs only:
-#   RAG_LLM_BASE_URL=http://<gpu-host>:8000/v1  RAG_LLM_MODEL=ernie-4.5-0.3b  RAG_LLM_API_KEY=<VLLM_API_KEY or EMPTY>
+#   RAG_LLM_BASE_URL=http://<gpu-host>:8000/v1  RAG_LLM_MODEL=ernie-4.5-0.3b  RAG_LLM_API_KEY=<VLLM_API_KEY>
 #   RAG_LLM_LANGUAGES=en,zh
+#
+# VLLM_API_KEY (e.g. `openssl rand -hex 24`) is required unless HOST is a loopback address. vLLM reads it from its
+# environment: it is never put on the command line, which every user of the host can read (ps, /proc).
 set -euo pipefail
+
+host="${HOST:-0.0.0.0}"
+if [[ -z "${VLLM_API_KEY:-}" && ! "$host" =~ ^(127\.[0-9.]+|::1|localhost)$ ]]; then
+  echo "vllm-ernie.sh: HOST=$host is reachable from the network: set VLLM_API_KEY (openssl rand -hex 24)" >&2
+  exit 2
+fi
+if [[ -n "${VLLM_API_KEY:-}" ]]; then
+  export VLLM_API_KEY
+fi
 
 args=(
   "${ERNIE_MODEL:-baidu/ERNIE-4.5-0.3B-PT}"
   --served-model-name "${SERVED_MODEL_NAME:-ernie-4.5-0.3b}"
-  --host "${HOST:-0.0.0.0}" --port "${PORT:-8000}"
+  --host "$host" --port "${PORT:-8000}"
   --dtype bfloat16
   # fp8 weights (online quantization of the bf16 checkpoint): lower first-token and per-token latency under load
   # than bf16 on an H200 (docs/performance.md); --kv-cache-dtype fp8 measured no faster, so it stays off.
@@ -26,7 +38,4 @@ args=(
   # more than 256 sequences need (docs/performance.md).
   --gpu-memory-utilization "${GPU_MEMORY_UTILIZATION:-0.85}"
 )
-if [[ -n "${VLLM_API_KEY:-}" ]]; then
-  args+=(--api-key "$VLLM_API_KEY")
-fi
 exec "${VLLM_PYTHON:-python3}" -m vllm.entrypoints.openai.api_server "${args[@]}" "$@"

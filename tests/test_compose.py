@@ -15,17 +15,33 @@ from tests.conftest import REPO
 
 COMPOSE = REPO / "docker-compose.yml"
 DOCKERFILE = REPO / "Dockerfile"
-_VARIABLE = re.compile(r"\$\{(\w+)(?::?-([^}]*))?\}")
+_VARIABLE = re.compile(r"\$\{(\w+)(?::?([-?])([^}]*))?\}")
+# What compose refuses to start without (`${VAR:?message}`), with values for the tests.
+REQUIRED = {"VLLM_API_KEY": "vllm-key", "RAG_TRUSTED_HOSTS": "kb.example.com", "RAG_API_KEYS": "api-key",
+            "RAG_UI_AUTH_SECRET": "ui-secret"}
+
+
+class MissingVariable(ValueError):
+    """A `${VAR:?message}` variable is unset or empty: `docker compose` stops with the message."""
+
+
+def _substitute(match: re.Match[str], env: dict[str, str]) -> str:
+    name, kind, text = match[1], match[2], match[3] or ""
+    if env.get(name):
+        return env[name]
+    if kind == "?":
+        raise MissingVariable(f"{name}: {text}")
+    return text
 
 
 def interpolate(text: str, env: dict[str, str]) -> str:
-    """Compose's `${VAR}` / `${VAR:-default}` substitution (and `$$` for a literal `$`)."""
-    return _VARIABLE.sub(lambda m: env.get(m[1]) or (m[2] or ""), text).replace("$$", "$")
+    """Compose's `${VAR}` / `${VAR:-default}` / `${VAR:?error}` substitution (and `$$` for a literal `$`)."""
+    return _VARIABLE.sub(lambda m: _substitute(m, env), text).replace("$$", "$")
 
 
 def load(env: dict[str, str] | None = None) -> dict[str, Any]:
     """The compose file as `docker compose config` would see it: interpolated, YAML anchors and merges resolved."""
-    data: dict[str, Any] = yaml.safe_load(interpolate(COMPOSE.read_text(), env or {}))
+    data: dict[str, Any] = yaml.safe_load(interpolate(COMPOSE.read_text(), REQUIRED if env is None else env))
     return data
 
 
@@ -108,10 +124,11 @@ def test_ingest_runs_on_demand_over_the_mounted_folder(compose: dict[str, Any]) 
 
 
 def test_variables_reach_the_services() -> None:
-    data = load({"VLLM_API_KEY": "k", "MAX_NUM_SEQS": "64", "APP_PORT": "9000", "DOCS_DIR": "/srv/docs"})
+    data = load({**REQUIRED, "VLLM_API_KEY": "k", "MAX_NUM_SEQS": "64", "APP_PORT": "9000", "DOCS_DIR": "/srv/docs",
+                 "APP_PUBLISH_ADDRESS": "0.0.0.0"})
     assert "--max-num-seqs=64" in data["services"]["vllm"]["command"]
     assert data["services"]["app"]["environment"]["RAG_LLM_API_KEY"] == "k"
-    assert data["services"]["app"]["ports"] == ["9000:8000"]
+    assert data["services"]["app"]["ports"] == ["0.0.0.0:9000:8000"]
     assert "/srv/docs:/docs" in data["services"]["app"]["volumes"]
 
 
@@ -131,3 +148,22 @@ def test_dockerfile_is_multi_stage_pinned_and_non_root() -> None:
     assert "uv sync --frozen" in text and "--no-dev" in text
     assert re.search(r"^HEALTHCHECK .*\n.*healthz", text, re.MULTILINE)
     assert text.rstrip().endswith('CMD ["rag", "serve", "--host", "0.0.0.0", "--port", "8000"]')
+
+
+def test_only_the_app_is_published_and_on_loopback_unless_told(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    assert services["app"]["ports"] == ["127.0.0.1:8000:8000"]
+    assert [name for name, service in services.items() if "ports" in service or "expose" in service] == ["app"]
+
+
+def test_compose_refuses_to_start_without_keys_secret_and_host_names(compose: dict[str, Any]) -> None:
+    for name in REQUIRED:
+        with pytest.raises(MissingVariable, match=name):
+            load({**REQUIRED, name: ""})
+    vllm, app = compose["services"]["vllm"], compose["services"]["app"]
+    guards = ("RAG_TRUSTED_HOSTS", "RAG_API_KEYS", "RAG_UI_AUTH_SECRET")
+    assert {name: app["environment"][name] for name in guards} == {name: REQUIRED[name] for name in guards}
+    # The vLLM key by environment on both sides, never on a command line (`ps` shows those to every user).
+    assert vllm["environment"]["VLLM_API_KEY"] == REQUIRED["VLLM_API_KEY"] == app["environment"]["RAG_LLM_API_KEY"]
+    commands = [" ".join(service.get("command", [])) for service in compose["services"].values()]
+    assert not [command for command in commands if "api-key" in command or REQUIRED["VLLM_API_KEY"] in command]

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from rag.access import LOCAL_OPERATOR, Principal, parse_grant
 from rag.answer import Answer, Done, QueryEngine, Token
-from rag.config import Settings, load_settings
+from rag.config import Settings, is_loopback, load_settings
 from rag.errors import EmptyIndex, LLMUnavailable, RagError
 from rag.evaluate import Case, evaluate, evaluate_answers, load_cases
 from rag.llm_server import is_healthy, start_llm_server, wait_until_healthy
@@ -217,25 +217,56 @@ def _run_llm(settings: Settings, detach: bool) -> None:
         process.wait(timeout=30)
 
 
+INSECURE_FLAG = "--insecure-open-to-network"
+INSECURE_HELP = ("Serve on a network address even without API keys or chat sign-in: anyone who reaches the port may "
+                 "ask, and on the chat read every answer. Never on a shared network.")
+
+
 @main.command()
-@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Interface to listen on (0.0.0.0: every one; anything but loopback needs keys and sign-in).")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535), help="TCP port.")
 @click.option("--no-chat", is_flag=True, help="Serve the API only, without the chat UI at /chat.")
-def serve(host: str, port: int, no_chat: bool) -> None:
+@click.option(INSECURE_FLAG, "insecure", is_flag=True, help=INSECURE_HELP)
+def serve(host: str, port: int, no_chat: bool, insecure: bool) -> None:
     """Serve the chat UI at /chat and the HTTP API (ask, OpenAI-compatible chat, documents; docs at /docs)."""
     import uvicorn
 
     from ui.server import create_server
+    from ui.web_guards import open_doors, settings_for_bind
 
     with _errors():
-        settings = load_settings()
+        settings = settings_for_bind(load_settings(), host)
+        doors = [] if is_loopback(host) else open_doors(settings, chat=not no_chat)
+        if doors and not insecure:
+            _fail(f"refusing to serve on {host}, reachable from the network: {'; '.join(doors)}. Set RAG_API_KEYS "
+                  "(`openssl rand -hex 24`) and the chat's sign-in (RAG_UI_AUTH_SECRET, RAG_UI_USERS), or serve on "
+                  f"127.0.0.1, or pass {INSECURE_FLAG} to serve it open anyway.", EXIT_USAGE)
         app = create_server(settings, chat=not no_chat)
-    shown = "127.0.0.1" if host in {"0.0.0.0", "::"} else host
-    if not no_chat:
-        sign_in = "sign in with a RAG_UI_USERS account" if settings.ui_auth else "no sign-in (RAG_UI_AUTH=false)"
-        err.print(f"[green]chat UI[/green]: http://{shown}:{port}/chat  ({sign_in})")
-    err.print(f"[green]API[/green]: http://{shown}:{port}/docs")
+    if doors:
+        err.print(f"[bold red]WARNING ({INSECURE_FLAG}): anyone who reaches {host} port {port} can use this "
+                  f"server: {'; '.join(doors)}.[/bold red]")
+    _banner(settings, host, port, chat=not no_chat)
     uvicorn.run(app, host=host, port=port, log_level="info")
+
+
+def _banner(settings: Settings, host: str, port: int, chat: bool) -> None:
+    """Where the server really listens and the URLs that reach it (never a secret)."""
+    from ui.web_guards import is_wildcard, local_addresses, netloc, public_name
+
+    bare = host.strip().strip("[]")
+    if is_wildcard(host):
+        err.print(f"listening on {netloc(bare, port)}: every interface of this machine "
+                  f"({', '.join(local_addresses(host))}), answering to the host names "
+                  f"{', '.join(settings.trusted_host_list)} (RAG_TRUSTED_HOSTS and loopback)", markup=False)
+    else:
+        where = "this machine only" if is_loopback(host) else "this address"
+        err.print(f"listening on {netloc(bare, port)} ({where})", markup=False)
+    base = f"http://{netloc(public_name(settings, host), port)}"
+    if chat:
+        sign_in = "sign in with a RAG_UI_USERS account" if settings.ui_auth else "no sign-in (RAG_UI_AUTH=false)"
+        err.print(f"[green]chat UI[/green]: {base}/chat  ({sign_in})")
+    err.print(f"[green]API[/green]: {base}/docs")
 
 
 @main.command("hash-password")

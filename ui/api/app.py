@@ -14,6 +14,7 @@ from ui.api.errors import install_error_handlers
 from ui.api.metrics import install_request_metrics
 from ui.serving.metrics import Metrics
 from ui.serving.services import Services, build_services
+from ui.web_guards import install_web_guards
 
 DESCRIPTION = """Ask the company's documents and act on the answer.
 
@@ -46,4 +47,5 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
     install_request_metrics(app, metrics)
     for module in (routes_ask, routes_openai, routes_documents, routes_health):
         app.include_router(module.router)
+    install_web_guards(app, settings)  # trusted hosts, CORS, cross-site guard: for the chat mounted later too
     return app

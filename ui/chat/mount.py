@@ -31,7 +31,10 @@ def mount_chat(app: FastAPI, settings: Settings, services: Callable[[], Services
         os.environ["CHAINLIT_AUTH_SECRET"] = settings.ui_auth_secret
     state.install(state.ChatContext(settings, services, users))
     import chainlit
+    from chainlit.config import config
     from chainlit.utils import mount_chainlit
+
+    config.project.allow_origins[:] = settings.cors_origin_list  # in place: Chainlit's CORS layer holds this list
 
     mount_chainlit(app, target=str(CHAT_DIR / "handlers.py"), path=CHAT_PATH)
     # The PDF viewer asks for its worker at /assets/… even when Chainlit is mounted below a path (Chainlit 2.12):

@@ -8,7 +8,7 @@ constant time and never logged.
 from __future__ import annotations
 
 import hmac
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rag.access import Principal, parse_grant
 from rag.errors import ConfigError
@@ -20,7 +20,7 @@ MIN_KEY_CHARS = 16
 class ApiKey:
     """One accepted key and the principal it stands for."""
 
-    secret: str
+    secret: str = field(repr=False)
     principal: Principal
 
     @property
