@@ -391,3 +391,35 @@ def test_errors_are_messages_not_stack_traces(tmp_path: Path, page: Page) -> Non
         assert "Traceback" not in page.inner_text("body")
     finally:
         _stop(app)
+
+
+# Console lines of a blocked load or script; the init script reports each violation event the page sees as well.
+_CSP_REPORTER = """document.addEventListener('securitypolicyviolation',
+    e => console.error(`CSP violation: ${e.violatedDirective} ${e.blockedURI}`))"""
+
+
+def test_chat_works_under_its_content_security_policy_and_asks_nothing_from_outside(
+        page: Page, chat_app: ChatApp) -> None:
+    """Sign-in, a streamed answer and a PDF source at its page, all under the app's CSP: no violation reported,
+    and the browser requests nothing but the app itself (Chainlit's Google Fonts and KaTeX links are gone)."""
+    violations: list[str] = []
+    requested: list[str] = []
+    page.add_init_script(_CSP_REPORTER)
+    page.on("console", lambda message: violations.append(message.text)
+            if "Content Security Policy" in message.text or "CSP violation" in message.text else None)
+    page.on("request", lambda request: requested.append(request.url))
+    first = page.goto(f"{chat_app.url}/chat/")
+    assert first is not None and "script-src 'self' 'nonce-" in first.headers["content-security-policy"]
+    _sign_in(page, chat_app)
+    expect(page.get_by_text("I answer from")).to_be_visible(timeout=30_000)
+    _ask(page, "When was the Debian project founded?")
+    answer = page.locator("[data-step-type=assistant_message]").last
+    expect(answer).to_contain_text("tok/s", timeout=ANSWER_TIMEOUT_MS)
+    pdf_source = re.search(r"\[(\d)\]\s*debian-history\.pdf, p\. (\d+)", answer.inner_text())
+    assert pdf_source, answer.inner_text()
+    answer.locator("a", has_text=f"[{pdf_source[1]}]").last.click()
+    expect(page.locator("#side-view-content")).to_contain_text(f"{pdf_source[2]} / ", timeout=30_000)
+    expect(page.locator("#side-view-content canvas").first).to_be_visible()
+    assert not violations, violations
+    outside = [url for url in requested if not url.startswith((f"{chat_app.url}/", "data:", "blob:"))]
+    assert not outside, outside

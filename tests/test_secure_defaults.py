@@ -245,6 +245,11 @@ def test_a_guarded_network_server_checks_hosts_and_origins_and_logs_no_secret(
             refused = client.post(path, headers={"Origin": EVIL, "Authorization": f"Bearer {SECRETS['api_keys']}"},
                                   data={"username": "alice", "password": "users-secret-4242"})
             assert refused.json()["error"]["type"] == "cross_site_request", path
+        # The chat's own page signs in (same origin), and so does a tool without Origin.
+        for headers in ({"Origin": base}, {}):
+            signed_in = client.post("/chat/login", headers=headers,
+                                    data={"username": "alice", "password": "users-secret-4242"})
+            assert signed_in.status_code == 200, signed_in.text
     process.send_signal(signal.SIGINT)
     output, _ = process.communicate(timeout=30)
     assert "every interface" in output and "http://kb.example.com:" in output

@@ -12,6 +12,7 @@ from rag.config import Settings
 from ui.api import routes_ask, routes_documents, routes_health, routes_openai
 from ui.api.errors import install_error_handlers
 from ui.api.metrics import install_request_metrics
+from ui.headers import SecurityHeaders
 from ui.serving.metrics import Metrics
 from ui.serving.services import Services, build_services
 from ui.web_guards import install_web_guards
@@ -48,4 +49,5 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
     for module in (routes_ask, routes_openai, routes_documents, routes_health):
         app.include_router(module.router)
     install_web_guards(app, settings)  # trusted hosts, CORS, cross-site guard: for the chat mounted later too
+    app.add_middleware(SecurityHeaders, docs_paths=(app.docs_url, app.redoc_url))  # outermost: on every response
     return app

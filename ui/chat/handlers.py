@@ -25,6 +25,7 @@ from rag.prompt import Message
 from ui.chat import state
 from ui.chat.data_layer import ChatDataLayer, history_from_steps
 from ui.chat.render import SourcePanel, answer_markdown, source_panels, welcome_markdown
+from ui.chat.sessions import message_allowed, sign_in_metadata
 from ui.chat.texts import Language, pick_language, text
 from ui.chat.users import authenticate
 from ui.serving.answering import answer_stream, ask_body
@@ -40,10 +41,12 @@ if context.settings.ui_auth:
     @cl.password_auth_callback
     async def sign_in(username: str, password: str) -> cl.User | None:
         """Check a name and password against RAG_UI_USERS (PBKDF2, off the event loop)."""
-        user = await asyncio.to_thread(authenticate, context.users, username, password)
+        current = state.current()  # the users the chat's guard checks sessions against
+        user = await asyncio.to_thread(authenticate, current.users, username, password)
         if user is None:
             return None
-        return cl.User(identifier=user.name, metadata={"provider": "credentials"})
+        # The session carries a fingerprint of the password hash: a new hash ends it (ui.chat.sessions).
+        return cl.User(identifier=user.name, metadata=sign_in_metadata(current.settings.ui_auth_secret, user))
 
 
 @cl.data_layer
@@ -108,6 +111,8 @@ async def resume(thread: ThreadDict) -> None:
 async def on_message(message: cl.Message) -> None:
     """Answer a question from the documents, streaming, with sources, or say clearly why not."""
     language = _language()
+    if not await message_allowed(language):  # the sign-in expired or the user's account changed
+        return
     history: list[Message] = cl.user_session.get("history") or []
     reply = cl.Message(content="")
     try:

@@ -1,4 +1,4 @@
-"""Mounting the Chainlit chat into the FastAPI app, with sign-in set up from settings."""
+"""Mounting the Chainlit chat into the FastAPI app, with sign-in, sessions and its guard set up from settings."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from starlette.staticfiles import StaticFiles
 from rag.config import Settings
 from rag.errors import ConfigError
 from ui.chat import CHAT_DIR, state
+from ui.chat.sessions import check_secret
 from ui.chat.users import parse_users
 from ui.serving.services import Services
 
@@ -19,12 +20,14 @@ CHAT_PATH = "/chat"
 
 
 def mount_chat(app: FastAPI, settings: Settings, services: Callable[[], Services]) -> None:
-    """Serve the chat at /chat; with RAG_UI_AUTH on, a secret and at least one user are required."""
+    """Serve the chat at /chat; with RAG_UI_AUTH on, a secret of 32 bytes or more and at least one user are
+    required. Once per process: Chainlit's app and configuration are global."""
     users = parse_users(settings.ui_users)
     if settings.ui_auth:
         if not settings.ui_auth_secret:
             raise ConfigError("RAG_UI_AUTH_SECRET must be set for the chat's sign-in (e.g. `openssl rand -hex 32`); "
                               "or RAG_UI_AUTH=false for local use without sign-in")
+        check_secret(settings.ui_auth_secret)
         if not users:
             raise ConfigError("RAG_UI_USERS names no user (name:hash entries, hashes from `rag hash-password`); "
                               "or RAG_UI_AUTH=false for local use without sign-in")
@@ -32,11 +35,19 @@ def mount_chat(app: FastAPI, settings: Settings, services: Callable[[], Services
     state.install(state.ChatContext(settings, services, users))
     import chainlit
     from chainlit.config import config
+    from chainlit.server import app as chainlit_app
     from chainlit.utils import mount_chainlit
 
-    config.project.allow_origins[:] = settings.cors_origin_list  # in place: Chainlit's CORS layer holds this list
+    from ui.chat.guard import ChatGuard
+    from ui.chat.login import LoginLimiter
 
+    # Chainlit reads it for the token's expiry and the cookie's max-age at each sign-in.
+    config.project.user_session_timeout = round(settings.session_hours * 3600)
+    config.project.allow_origins[:] = settings.cors_origin_list  # in place: Chainlit's CORS layer holds this list
     mount_chainlit(app, target=str(CHAT_DIR / "handlers.py"), path=CHAT_PATH)
+    limiter = LoginLimiter(settings.login_max_failures, settings.login_window_s, settings.login_concurrency)
+    chainlit_app.add_middleware(ChatGuard, login=limiter)  # outermost of Chainlit's app: sees every /chat request
+    app.state.chat_login = limiter
     # The PDF viewer asks for its worker at /assets/… even when Chainlit is mounted below a path (Chainlit 2.12):
     # without this, PDF sources fail to open.
     assets = Path(chainlit.__file__).parent / "frontend" / "dist" / "assets"

@@ -1,0 +1,155 @@
+"""The chat's gate in front of Chainlit (an ASGI middleware of its app): ended sessions, foreign origins on the
+socket, and the sign-in throttle.
+
+- Socket (`/chat/ws/…`, polling and websocket alike): refused when a browser sends an Origin other than the app's
+  own (the host of the request) or one of RAG_CORS_ORIGINS: Chainlit creates its socket.io server with
+  origin checks off, so any web page could otherwise drive a signed-in user's chat. A handshake carrying a session
+  that ended (ui.chat.sessions) is refused too.
+- Other requests: a session that ended is taken out of the request (Chainlit then answers 401 where a sign-in is
+  needed, and pages still load so one can sign in again) and its cookie is deleted.
+- `POST /chat/login` goes through the LoginLimiter (ui.chat.login).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+from urllib.parse import urlsplit
+
+from chainlit.auth.cookie import get_token_from_cookies
+from starlette.requests import cookie_parser
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ui.chat import state
+from ui.chat.login import LoginLimiter, reply
+from ui.chat.sessions import current_user
+from ui.chat.state import ChatContext
+
+log = logging.getLogger("rag.chat")
+SOCKET_PREFIX = "/ws/"
+LOGIN_PATH = "/login"
+# Chainlit's session cookie: this name, or name_0, name_1… when the token is split (chainlit.auth.cookie).
+COOKIE_NAME = os.environ.get("CHAINLIT_AUTH_COOKIE_NAME", "access_token")
+
+
+class ChatGuard:
+    """ASGI middleware for the mounted Chainlit app; reads the installed chat context on every request."""
+
+    def __init__(self, app: ASGIApp, login: LoginLimiter) -> None:
+        self.app = app
+        self.login = login
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        context, route = state.current(), _route_path(scope)
+        if route.startswith(SOCKET_PREFIX):
+            refusal = _socket_refusal(scope, context)
+            if refusal is not None:
+                await _refuse(scope, send, *refusal)
+                return
+        elif context.settings.ui_auth and _has_stale_session(scope, context):
+            scope, send = _without_session(scope), _deleting_cookies(send, _session_cookies(scope))
+        if context.settings.ui_auth and scope["type"] == "http" and scope["method"] == "POST" and route == LOGIN_PATH:
+            await self.login(self.app, scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def _route_path(scope: Scope) -> str:
+    """The path below the mount point (Starlette keeps the full path in the scope and the mount in root_path)."""
+    path, root = str(scope["path"]), str(scope.get("root_path", ""))
+    return path[len(root):] if root and path.startswith(root) else path
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    values = [value for key, value in scope["headers"] if key == name]
+    return values[0].decode("latin-1") if values else None
+
+
+def origin_allowed(scope: Scope, allowed: Iterable[str]) -> bool:
+    """Whether the request's Origin is the app's own (names the host the request went to) or an allowed one.
+    Browsers send Origin on every websocket and cross-origin request, so a request without one did not come from
+    another site's page. The scheme is not compared: behind a TLS proxy the app sees http, the page is https."""
+    origin = _header(scope, b"origin")
+    if origin is None:
+        return True
+    origin = origin.strip().lower().rstrip("/")
+    if origin in allowed:
+        return True
+    # `null` (a sandboxed frame, a file, a redirect across sites) has no host and never matches.
+    return urlsplit(origin).netloc == (_header(scope, b"host") or "").strip().lower() != ""
+
+
+def _socket_refusal(scope: Scope, context: ChatContext) -> tuple[int, str] | None:
+    if not origin_allowed(scope, context.settings.cors_origin_list):
+        log.warning("chat socket refused: origin %r is not this server's (host %r) nor in RAG_CORS_ORIGINS",
+                    _header(scope, b"origin"), _header(scope, b"host"))
+        return 403, "origin not allowed"
+    if context.settings.ui_auth and _has_stale_session(scope, context):
+        return 401, "session ended"
+    return None
+
+
+def session_token(scope: Scope) -> str | None:
+    """The session token of a request: Chainlit's cookie, else an `Authorization: Bearer` header."""
+    cookies = cookie_parser(_header(scope, b"cookie") or "")
+    if token := get_token_from_cookies(cookies):
+        return token
+    scheme, _, token = (_header(scope, b"authorization") or "").partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return token.strip() or None
+
+
+def _has_stale_session(scope: Scope, context: ChatContext) -> bool:
+    token = session_token(scope)
+    return token is not None and current_user(token, context) is None
+
+
+def _is_session_cookie(name: str) -> bool:
+    return name == COOKIE_NAME or name.startswith(f"{COOKIE_NAME}_")
+
+
+def _session_cookies(scope: Scope) -> list[str]:
+    return [name for name in cookie_parser(_header(scope, b"cookie") or "") if _is_session_cookie(name)]
+
+
+def _without_session(scope: Scope) -> Scope:
+    """The request without its session token (cookies and a bearer header)."""
+    headers = []
+    for key, value in scope["headers"]:
+        if key == b"authorization":
+            continue
+        if key == b"cookie":
+            kept = [part for part in value.decode("latin-1").split(";")
+                    if not _is_session_cookie(part.split("=", 1)[0].strip())]
+            value = ";".join(kept).strip().encode("latin-1")
+        headers.append((key, value))
+    return {**scope, "headers": headers}
+
+
+def _deleting_cookies(send: Send, names: list[str]) -> Send:
+    """`send` with Set-Cookie headers that delete the ended session's cookies from the browser, except those the
+    response sets anew (a sign-in over an ended session)."""
+
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = list(message.get("headers", []))
+            fresh = {value.split(b"=", 1)[0].strip().decode("latin-1") for key, value in headers
+                     if key.lower() == b"set-cookie"}
+            headers += [(b"set-cookie", f'{name}=""; expires=Thu, 01 Jan 1970 00:00:00 GMT; Max-Age=0; Path=/; '
+                                        "HttpOnly; SameSite=lax".encode()) for name in names if name not in fresh]
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return sending
+
+
+async def _refuse(scope: Scope, send: Send, status: int, detail: str) -> None:
+    if scope["type"] == "websocket":
+        await send({"type": "websocket.close", "code": 1008, "reason": detail})  # uvicorn answers the upgrade 403
+        return
+    await reply(send, status, detail)

@@ -1,0 +1,87 @@
+"""Chat sessions: a sign-in lasts RAG_SESSION_HOURS and ends when its user leaves RAG_UI_USERS or gets a new password.
+
+A session is Chainlit's token (a JWT signed with RAG_UI_AUTH_SECRET, sent as a cookie). At sign-in we put in it a
+fingerprint of the user's password hash, keyed with the secret (never the hash itself); a token is current while
+it is younger than RAG_SESSION_HOURS and the user is still configured with that same hash. The chat's guard
+(ui.chat.guard) checks every request and socket handshake with `current_user`, the handlers every message.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import jwt
+
+from rag.errors import ConfigError
+from ui.chat import state
+from ui.chat.state import ChatContext
+from ui.chat.texts import Language
+from ui.chat.users import UiUser
+
+MIN_SECRET_BYTES = 32  # HS256 keys: RFC 7518 asks for at least the hash size
+SESSION_KEY = "session"  # the fingerprint's key in the token's user metadata
+LEEWAY_S = 30  # clock skew allowed on the token's issue time
+ENDED: dict[Language, str] = {
+    "en": "Your session has ended (it expired, or your account changed). Reload the page to sign in again.",
+    "zh": "您的会话已结束（已过期或账户已更改）。请刷新页面重新登录。",
+}
+
+
+def check_secret(secret: str) -> None:
+    """Refuse a session secret too short to sign tokens safely."""
+    if len(secret.encode()) < MIN_SECRET_BYTES:
+        raise ConfigError(f"RAG_UI_AUTH_SECRET is {len(secret.encode())} bytes; the chat's session tokens need at "
+                          f"least {MIN_SECRET_BYTES}: make one with `openssl rand -hex 32`")
+
+
+def fingerprint(secret: str, user: UiUser) -> str:
+    """What a token carries of the user's password hash: an HMAC of name and hash, useless without the secret."""
+    message = f"rag-session\0{user.name}\0{user.password_hash}".encode()
+    return base64.urlsafe_b64encode(hmac.new(secret.encode(), message, hashlib.sha256).digest()[:18]).decode()
+
+
+def sign_in_metadata(secret: str, user: UiUser) -> dict[str, str]:
+    """The metadata of a freshly signed-in Chainlit user (it goes into the session token)."""
+    return {"provider": "credentials", SESSION_KEY: fingerprint(secret, user)}
+
+
+def current_user(token: str | None, context: ChatContext, now: float | None = None) -> UiUser | None:
+    """The configured user a session token belongs to, if it is still current; None for any other token."""
+    if not token:
+        return None
+    secret = context.settings.ui_auth_secret
+    try:
+        claims: dict[str, Any] = jwt.decode(token, secret, algorithms=["HS256"],
+                                            options={"require": ["exp", "iat"]})
+    except jwt.PyJWTError:
+        return None
+    user = context.users.get(str(claims.get("identifier", "")))
+    metadata = claims.get("metadata")
+    if user is None or not isinstance(metadata, Mapping):
+        return None
+    if not hmac.compare_digest(str(metadata.get(SESSION_KEY, "")), fingerprint(secret, user)):
+        return None  # a new password hash since this sign-in
+    age = (time.time() if now is None else now) - float(claims["iat"])
+    # The token's own expiry was set from RAG_SESSION_HOURS at sign-in; a lower setting applies to older tokens too.
+    return user if -LEEWAY_S <= age <= context.settings.session_hours * 3600 else None
+
+
+async def message_allowed(language: Language) -> bool:
+    """Whether the socket's session is still current (an open socket outlives its sign-in otherwise); if not,
+    say so and close the socket (its reconnection is refused by the guard)."""
+    import chainlit as cl
+    from chainlit.server import sio
+
+    context, session = state.current(), cl.context.session
+    if not context.settings.ui_auth or current_user(session.token, context) is not None:
+        return True
+    await cl.ErrorMessage(content=ENDED[language]).send()  # type: ignore[no-untyped-call]
+    socket_id = getattr(session, "socket_id", None)
+    if socket_id:
+        await sio.disconnect(socket_id)
+    return False
