@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable
-from urllib.parse import urlsplit
 
 from chainlit.auth.cookie import get_token_from_cookies
+from starlette.datastructures import Headers
 from starlette.requests import cookie_parser
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -25,6 +24,7 @@ from ui.chat import state
 from ui.chat.login import LoginLimiter, reply
 from ui.chat.sessions import current_user
 from ui.chat.state import ChatContext
+from ui.web_guards import is_cross_site
 
 log = logging.getLogger("rag.chat")
 SOCKET_PREFIX = "/ws/"
@@ -69,22 +69,8 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return values[0].decode("latin-1") if values else None
 
 
-def origin_allowed(scope: Scope, allowed: Iterable[str]) -> bool:
-    """Whether the request's Origin is the app's own (names the host the request went to) or an allowed one.
-    Browsers send Origin on every websocket and cross-origin request, so a request without one did not come from
-    another site's page. The scheme is not compared: behind a TLS proxy the app sees http, the page is https."""
-    origin = _header(scope, b"origin")
-    if origin is None:
-        return True
-    origin = origin.strip().lower().rstrip("/")
-    if origin in allowed:
-        return True
-    # `null` (a sandboxed frame, a file, a redirect across sites) has no host and never matches.
-    return urlsplit(origin).netloc == (_header(scope, b"host") or "").strip().lower() != ""
-
-
 def _socket_refusal(scope: Scope, context: ChatContext) -> tuple[int, str] | None:
-    if not origin_allowed(scope, context.settings.cors_origin_list):
+    if is_cross_site(Headers(scope=scope), context.settings.cors_origin_list):  # the API's own definition
         log.warning("chat socket refused: origin %r is not this server's (host %r) nor in RAG_CORS_ORIGINS",
                     _header(scope, b"origin"), _header(scope, b"host"))
         return 403, "origin not allowed"
