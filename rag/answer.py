@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -19,7 +19,7 @@ from rag.answer_types import Answer, Done, Event, Outcome, Retrieved, Sentence, 
 from rag.extract import Encoder, extract
 from rag.grounding import MIN_COVERAGE, RepetitionGuard, SupportChecker, Verdict, mentions_any, proper_names
 from rag.keyword import cjk_share
-from rag.llm import LLM, Delta, Usage
+from rag.llm import LLM, Delta, Stop, Usage
 from rag.prompt import Message, answer_messages, condense_messages, is_refusal, reply
 from rag.retrieve import Retriever
 from rag.sentences import Language, SentenceBuffer, language_of, question_language
@@ -69,6 +69,7 @@ class _Run:
     usage: Usage = field(default_factory=Usage)
     draft_first_ms: float | None = None
     shown_first_ms: float | None = None
+    stop: Stop | None = None  # set by another thread: the LLM stream ends with Stopped
 
 
 @dataclass
@@ -114,9 +115,10 @@ class QueryEngine:
         return self.refusal_threshold * (1 - zh) + self.refusal_threshold_cjk * zh
 
     def stream(self, question: str, history: Sequence[Message] = (), top_k: int | None = None, *,
-               principal: Principal) -> Iterator[Event]:
-        """Retrieved excerpts the principal may see, then checked answer text, then Done with the finished Answer."""
-        run = _Run(question, history, question_language(question), time.perf_counter())
+               principal: Principal, stop: Stop | None = None) -> Generator[Event, None, None]:
+        """Retrieved excerpts the principal may see, then checked answer text, then Done with the finished Answer.
+        Setting `stop` (from another thread) ends the generation at its next token with rag.llm.Stopped."""
+        run = _Run(question, history, question_language(question), time.perf_counter(), stop=stop)
         run.standalone = self.condense(question, history) if history else question
         hits = self.retriever.search(run.standalone, top_k or self.top_k, principal)
         run.retrieve_ms, run.threshold = _ms(run.started), self.threshold_for(run.standalone)
@@ -151,7 +153,8 @@ class QueryEngine:
     def _generated(self, run: _Run) -> Iterator[Event]:
         checker = SupportChecker([hit.text for hit in run.hits], run.language, run.standalone, self.min_coverage)
         draft = _Draft()
-        deltas = self._llm.stream(answer_messages(run.question, run.hits, run.history), self.max_answer_tokens)
+        messages = answer_messages(run.question, run.hits, run.history)
+        deltas = self._llm.stream(messages, self.max_answer_tokens, stop=run.stop)
         try:
             for text in self._sentences(deltas, run, draft):
                 if shown := self._judge(checker.check(text), draft):

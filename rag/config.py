@@ -79,6 +79,7 @@ class Settings(BaseSettings):
     max_concurrent_generations: int = Field(default=64, ge=1)
     queue_timeout_s: float = Field(default=10.0, ge=0)
     max_upload_mb: float = Field(default=50.0, gt=0)
+    max_body_kb: int = Field(default=256, ge=16)
     trusted_hosts: str = ""
     cors_origins: str = ""
 

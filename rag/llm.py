@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+import socket
+import threading
+from collections.abc import Callable, Generator, Iterator, Sequence
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, cast
 
 from rag.errors import LLMUnavailable, RagError
@@ -12,6 +16,48 @@ from rag.prompt import Message
 if TYPE_CHECKING:
     from openai import OpenAI
     from openai.types.chat import ChatCompletionMessageParam
+
+
+class Stopped(Exception):
+    """The caller stopped a stream (its client went away): not a failure of the LLM."""
+
+
+class Stop:
+    """Stops streams from another thread: a stream ends with Stopped at its next chunk, and a read still waiting on
+    the server (a queued request, a long prefill) is cut short by shutting its connection down. Either way the
+    server sees the client go, and vLLM aborts the request."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._set = False
+        self._hooks: dict[int, Callable[[], None]] = {}
+
+    def set(self) -> None:
+        """Stop now; safe from any thread."""
+        with self._lock:  # hooks run under the lock: a stream past its `hook` block has let its connection go
+            self._set = True
+            for action in self._hooks.values():
+                with suppress(OSError):
+                    action()
+            self._hooks.clear()
+
+    def is_set(self) -> bool:
+        """Whether the streams should stop."""
+        return self._set
+
+    @contextmanager
+    def hook(self, action: Callable[[], None]) -> Iterator[None]:
+        """Run `action` when stopped while the block runs (at once if stopped already)."""
+        with self._lock:
+            if self._set:
+                with suppress(OSError):
+                    action()
+            self._hooks[id(action)] = action
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._hooks.pop(id(action), None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,28 +92,44 @@ class LLM:
         """Where the server is (for error messages)."""
         return str(self._client.base_url)
 
-    def stream(self, messages: Sequence[Message], max_tokens: int | None = None) -> Generator[Delta, None, None]:
-        """Stream the reply as text deltas, then one Delta carrying the usage."""
+    def stream(self, messages: Sequence[Message], max_tokens: int | None = None,
+               stop: Stop | None = None) -> Generator[Delta, None, None]:
+        """Stream the reply as text deltas, then one Delta carrying the usage; raises Stopped once `stop` is set."""
         import openai
 
         try:
-            # Closing the stream (when the caller stops early) drops the connection, and vLLM aborts the request.
-            with self._client.chat.completions.create(
-                model=self.model, messages=cast("list[ChatCompletionMessageParam]", list(messages)),
-                max_tokens=max_tokens or self.max_tokens, temperature=self.temperature, stream=True,
-                extra_body=self._extras(),
-            ) as chunks:
-                for chunk in chunks:
-                    if chunk.choices and chunk.choices[0].delta.content:
-                        yield Delta(text=chunk.choices[0].delta.content)
-                    if chunk.usage is not None:
-                        yield Delta(usage=Usage(chunk.usage.prompt_tokens, chunk.usage.completion_tokens))
-        except (openai.APIConnectionError, openai.APITimeoutError) as exc:
-            raise LLMUnavailable(
-                f"the LLM server at {self.base_url} (RAG_LLM_BASE_URL) is unreachable or timed out: {exc}"
-            ) from exc
-        except openai.APIStatusError as exc:
-            raise RagError(f"the LLM server at {self.base_url} answered {exc.status_code}: {exc.message}") from exc
+            yield from self._deltas(messages, max_tokens, stop)
+        except Stopped:
+            raise
+        except Exception as exc:
+            if stop is not None and stop.is_set():  # the read was cut short by the hang-up
+                raise Stopped("the caller stopped the stream") from exc
+            if isinstance(exc, openai.APIConnectionError | openai.APITimeoutError):
+                raise LLMUnavailable(
+                    f"the LLM server at {self.base_url} (RAG_LLM_BASE_URL) is unreachable or timed out: {exc}"
+                ) from exc
+            if isinstance(exc, openai.APIStatusError):
+                answered = f"answered {exc.status_code}: {exc.message}"
+                raise RagError(f"the LLM server at {self.base_url} {answered}") from exc
+            raise
+
+    def _deltas(self, messages: Sequence[Message], max_tokens: int | None,
+                stop: Stop | None) -> Generator[Delta, None, None]:
+        if stop is not None and stop.is_set():
+            raise Stopped("the caller stopped the stream")  # before the request: vLLM never sees it
+        # Closing the stream (when the caller stops early) drops the connection, and vLLM aborts the request.
+        with self._client.chat.completions.create(
+            model=self.model, messages=cast("list[ChatCompletionMessageParam]", list(messages)),
+            max_tokens=max_tokens or self.max_tokens, temperature=self.temperature, stream=True,
+            extra_body=self._extras(),
+        ) as chunks, stop.hook(partial(_hang_up, chunks.response)) if stop else nullcontext():
+            for chunk in chunks:
+                if stop is not None and stop.is_set():
+                    raise Stopped("the caller stopped the stream")
+                if chunk.choices and chunk.choices[0].delta.content:
+                    yield Delta(text=chunk.choices[0].delta.content)
+                if chunk.usage is not None:
+                    yield Delta(usage=Usage(chunk.usage.prompt_tokens, chunk.usage.completion_tokens))
 
     def _extras(self) -> dict[str, object]:
         # Usage on every chunk (vLLM's continuous_usage_stats; others ignore it), so that an answer stopped early
@@ -80,3 +142,13 @@ class LLM:
     def complete(self, messages: Sequence[Message], max_tokens: int | None = None) -> str:
         """The whole reply as one string (used for short internal calls like question condensing)."""
         return "".join(delta.text for delta in self.stream(messages, max_tokens))
+
+
+def _hang_up(response: object) -> None:
+    """Shut down the connection under a response, from another thread: a read waiting on it returns at once.
+    The plain socket's shutdown, also under TLS (the SSL object stays with the reading thread)."""
+    extensions: dict[str, object] = getattr(response, "extensions", {})
+    stream = extensions.get("network_stream")
+    connection = getattr(stream, "get_extra_info", lambda _: None)("socket")
+    if isinstance(connection, socket.socket):
+        socket.socket.shutdown(connection, socket.SHUT_RDWR)

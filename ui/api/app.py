@@ -13,6 +13,7 @@ from ui.api import routes_ask, routes_documents, routes_health, routes_openai
 from ui.api.errors import install_error_handlers
 from ui.api.metrics import install_request_metrics
 from ui.headers import SecurityHeaders
+from ui.serving.limits import BodyLimit
 from ui.serving.metrics import Metrics
 from ui.serving.services import Services, build_services
 from ui.web_guards import install_web_guards
@@ -43,6 +44,9 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
 
     app = FastAPI(title="rag-kb", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
     install_error_handlers(app)
+    # Body caps before routing, so before any key check or parsing; the chat mounted later is covered too.
+    app.add_middleware(BodyLimit, body_limit=settings.max_body_kb * 1024,
+                       upload_limit=int(settings.max_upload_mb * 2**20))
     if services is not None:
         app.state.services = services
     install_request_metrics(app, metrics)

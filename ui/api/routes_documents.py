@@ -5,14 +5,12 @@ Listing shows what the caller may see; every change, and reading feedback, needs
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
-import tempfile
 import unicodedata
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter, Query, UploadFile
+from fastapi import APIRouter, Query, Request
 from starlette.concurrency import run_in_threadpool
 
 from ingest.manifest import Entry
@@ -22,11 +20,11 @@ from ui.api.deps import PrincipalDep, ServicesDep
 from ui.api.errors import ApiError
 from ui.api.routes_ask import ADMIN_ERRORS, ERRORS
 from ui.api.schemas import DocumentOut, FeedbackOut, SyncOut
+from ui.api.uploads import stage_upload
 from ui.serving import documents as use
 
 router = APIRouter(prefix="/v1", tags=["documents"])
 _UNSAFE = re.compile(r"[^\w.\- ()]+")
-READ_BLOCK = 1 << 20
 
 
 def safe_name(raw: str) -> str:
@@ -38,41 +36,39 @@ def safe_name(raw: str) -> str:
     return name[:200]
 
 
-@router.post("/documents", status_code=201, responses={**ADMIN_ERRORS, 413: {}, 415: {}})
-async def upload(file: UploadFile, services: ServicesDep, principal: PrincipalDep,
+# Read by the route itself, not by FastAPI (which would spool the whole body before the key is checked).
+UPLOAD_BODY: dict[str, Any] = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
+    "type": "object", "required": ["file"], "properties": {"file": {"type": "string", "format": "binary"}}}}}}}
+
+
+@router.post("/documents", status_code=201, responses={**ADMIN_ERRORS, 413: {}, 415: {}}, openapi_extra=UPLOAD_BODY)
+async def upload(request: Request, services: ServicesDep, principal: PrincipalDep,
                  replace: bool = Query(False, description="replace a document of the same name")) -> dict[str, Any]:
-    """Store an uploaded file in the documents folder and ingest it (admins); an existing document of the same
-    name is replaced only with replace=true (else 409); a failed ingest keeps what was there."""
-    settings = services.settings
-    name = safe_name(file.filename or "")
-    if not is_supported(Path(name)):
-        raise ApiError(415, "unsupported_type", f"{name}: supported types are PDF, Markdown, TXT/RST, HTML, DOCX")
-    folder = settings.documents_dir.resolve()
+    """Store an uploaded file (multipart/form-data, part `file`) in the documents folder and ingest it (admins);
+    an existing document of the same name is replaced only with replace=true (else 409); a failed ingest keeps
+    what was there. The key, role and name are checked before the file's bytes are read; they go to disk as they
+    arrive, up to RAG_MAX_UPLOAD_MB."""
+    use.require_admin(principal, "uploading documents")
+    folder = services.settings.documents_dir.resolve()
     folder.mkdir(parents=True, exist_ok=True)
-    target = folder / name
-    if target.parent != folder:
-        raise ApiError(422, "invalid_filename", f"unusable file name {file.filename!r}")
-    await run_in_threadpool(use.check_upload, services, principal, target, replace)
-    staged = await _stage(file, folder, int(settings.max_upload_mb * 2**20))
+
+    async def accept(filename: str) -> Path:
+        name = safe_name(filename)
+        if not is_supported(Path(name)):
+            raise ApiError(415, "unsupported_type", f"{name}: supported types are PDF, Markdown, TXT/RST, HTML, DOCX")
+        target = folder / name
+        if target.parent != folder:
+            raise ApiError(422, "invalid_filename", f"unusable file name {filename!r}")
+        await run_in_threadpool(use.check_upload, services, principal, target, replace)
+        return target
+
+    limit = int(services.settings.max_upload_mb * 2**20)
+    target, staged = await stage_upload(request, folder, limit, accept)
     try:
         uploaded = await run_in_threadpool(use.ingest_upload, services, principal, staged, target, replace)
     finally:
         staged.unlink(missing_ok=True)  # moved into place on success; removed on any refusal
     return {**_document(uploaded.entry).model_dump(), "status": uploaded.status}
-
-
-async def _stage(file: UploadFile, folder: Path, limit: int) -> Path:
-    handle, path = tempfile.mkstemp(prefix=".upload-", dir=folder)  # hidden: never picked up by a sync
-    size = 0
-    with os.fdopen(handle, "wb") as out:
-        while block := await file.read(READ_BLOCK):
-            size += len(block)
-            if size > limit:
-                out.close()
-                os.unlink(path)
-                raise ApiError(413, "too_large", f"upload exceeds {limit // 2**20} MiB (RAG_MAX_UPLOAD_MB)")
-            out.write(block)
-    return Path(path)
 
 
 @router.get("/documents", response_model=list[DocumentOut], responses=ERRORS)

@@ -8,8 +8,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter
-from fastapi.responses import StreamingResponse
+from fastapi import APIRouter, Request
 
 from rag.answer import Answer, Done, Event, Token
 from rag.errors import RagError
@@ -17,7 +16,9 @@ from ui.api.deps import PrincipalDep, ServicesDep
 from ui.api.errors import ApiError, from_rag_error
 from ui.api.routes_ask import ERRORS
 from ui.api.schemas import ChatRequest
+from ui.api.streams import AnswerChunks, until_disconnected
 from ui.serving.answering import answer_once, answer_stream, ask_body, history_messages
+from ui.serving.limits import QUESTION_CHARS
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 
@@ -30,24 +31,28 @@ async def models(services: ServicesDep, _: PrincipalDep) -> dict[str, Any]:
 
 
 @router.post("/chat/completions", responses=ERRORS)
-async def chat_completions(body: ChatRequest, services: ServicesDep, principal: PrincipalDep) -> Any:
+async def chat_completions(body: ChatRequest, request: Request, services: ServicesDep, principal: PrincipalDep
+                           ) -> Any:
     """The last user message is the question, earlier turns the history; the answer cites sources as [n] and
     the sources come in an extra `sources` field (on the last chunk when streaming)."""
     question, history = _split(body)
     model = services.settings.llm_model
     if not body.stream:
-        answer = await answer_once(services, principal, question, history, None)
+        answer = await until_disconnected(request, answer_once(services, principal, question, history, None))
         return _completion(answer, model, services.settings.escalate_below)
-    events = await answer_stream(services, principal, question, history, None)
+    events = await until_disconnected(request, answer_stream(services, principal, question, history, None))
     include_usage = bool((body.stream_options or {}).get("include_usage"))
-    return StreamingResponse(_chunks(events, model, include_usage, services.settings.escalate_below),
-                             media_type="text/event-stream")
+    return AnswerChunks(_chunks(events, model, include_usage, services.settings.escalate_below), events,
+                        media_type="text/event-stream")
 
 
 def _split(body: ChatRequest) -> tuple[str, list[Any]]:
     turns = [(m.role, m.text()) for m in body.messages if m.role in ("user", "assistant")]
     if not turns or turns[-1][0] != "user" or not turns[-1][1].strip():
         raise ApiError(422, "invalid_request", "the last message must be a non-empty user message")
+    if len(turns[-1][1]) > QUESTION_CHARS:
+        raise ApiError(422, "invalid_request", f"the last user message (the question) holds {len(turns[-1][1])} "
+                                               f"characters; at most {QUESTION_CHARS}")
     return turns[-1][1], history_messages(turns[:-1])
 
 

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ui.serving import limits
 
 
 class Turn(BaseModel):
     """One earlier message of the conversation."""
 
     role: Literal["user", "assistant"]
-    content: str
+    content: str = Field(max_length=limits.TURN_CHARS)
 
 
 class AskRequest(BaseModel):
@@ -24,10 +26,19 @@ class AskRequest(BaseModel):
             {"role": "assistant", "content": "Run python3 -m venv tutorial-env [1]."}]},
     ]})
 
-    question: str = Field(min_length=1, max_length=4000)
-    history: list[Turn] = Field(default_factory=list, max_length=50)
+    question: str = Field(min_length=1, max_length=limits.QUESTION_CHARS)
+    history: list[Turn] = Field(default_factory=list, max_length=limits.HISTORY_TURNS,
+                                description=f"at most {limits.HISTORY_CHARS} characters in all")
     top_k: int | None = Field(default=None, ge=1, le=20)
     stream: bool = False
+
+    @field_validator("history")
+    @classmethod
+    def _history_total(cls, turns: list[Turn]) -> list[Turn]:
+        total = sum(len(turn.content) for turn in turns)
+        if total > limits.HISTORY_CHARS:
+            raise ValueError(f"history holds {total} characters; at most {limits.HISTORY_CHARS} in all")
+        return turns
 
 
 class SourceOut(BaseModel):
@@ -136,13 +147,28 @@ class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     role: Literal["system", "user", "assistant", "developer", "tool"]
-    content: str | list[dict[str, Any]] | None = None
+    content: str | list[dict[str, Any]] | None = Field(
+        default=None, description=f"at most {limits.TURN_CHARS} characters, in at most {limits.MESSAGE_PARTS} parts")
+
+    @field_validator("content")
+    @classmethod
+    def _bounded(cls, content: str | list[dict[str, Any]] | None) -> str | list[dict[str, Any]] | None:
+        if isinstance(content, list) and len(content) > limits.MESSAGE_PARTS:
+            raise ValueError(f"a message has at most {limits.MESSAGE_PARTS} parts, not {len(content)}")
+        chars = len(_text(content))
+        if chars > limits.TURN_CHARS:
+            raise ValueError(f"a message holds at most {limits.TURN_CHARS} characters, not {chars}")
+        return content
 
     def text(self) -> str:
         """The message's text, parts joined."""
-        if isinstance(self.content, list):
-            return "".join(str(part.get("text", "")) for part in self.content if part.get("type") == "text")
-        return self.content or ""
+        return _text(self.content)
+
+
+def _text(content: str | list[dict[str, Any]] | None) -> str:
+    if isinstance(content, list):
+        return "".join(str(part.get("text", "")) for part in content if part.get("type") == "text")
+    return content or ""
 
 
 class ChatRequest(BaseModel):
@@ -152,10 +178,19 @@ class ChatRequest(BaseModel):
         {"model": "rag", "messages": [{"role": "user", "content": "How do I create a virtual environment?"}]},
     ]})
 
-    model: str = "rag"
-    messages: list[ChatMessage] = Field(min_length=1)
+    model: str = Field(default="rag", max_length=limits.NAME_CHARS)
+    messages: list[ChatMessage] = Field(min_length=1, max_length=limits.MESSAGES,
+                                        description=f"at most {limits.MESSAGES_CHARS} characters in all")
     stream: bool = False
     stream_options: dict[str, Any] | None = None
+
+    @field_validator("messages")
+    @classmethod
+    def _messages_total(cls, messages: list[ChatMessage]) -> list[ChatMessage]:
+        total = sum(len(message.text()) for message in messages)
+        if total > limits.MESSAGES_CHARS:
+            raise ValueError(f"the messages hold {total} characters; at most {limits.MESSAGES_CHARS} in all")
+        return messages
 
 
 class FeedbackOut(BaseModel):

@@ -30,6 +30,7 @@ from ui.chat.texts import Language, pick_language, text
 from ui.chat.users import authenticate
 from ui.serving.answering import answer_stream, ask_body
 from ui.serving.documents import visible_documents
+from ui.serving.limits import QUESTION_CHARS
 
 log = logging.getLogger("rag.chat")
 context = state.current()
@@ -113,6 +114,9 @@ async def on_message(message: cl.Message) -> None:
     language = _language()
     if not await message_allowed(language):  # the sign-in expired or the user's account changed
         return
+    if len(message.content) > QUESTION_CHARS:
+        await cl.Message(content=f"⚠️ {text(language, 'too_long', limit=QUESTION_CHARS)}").send()
+        return
     history: list[Message] = cl.user_session.get("history") or []
     reply = cl.Message(content="")
     try:
@@ -132,16 +136,27 @@ async def on_message(message: cl.Message) -> None:
     cl.user_session.set("history", (history + turn)[-HISTORY_TURNS:])
 
 
+@cl.on_chat_end
+async def end() -> None:
+    """The browser went away: stop an answer in progress, which closes its stream (the LLM stops, the slot frees)."""
+    task = cl.context.session.current_task
+    if task is not None and task is not asyncio.current_task() and not task.done():
+        task.cancel()
+
+
 _ERROR_TEXTS = {LLMUnavailable: "llm_down", StoreUnavailable: "store_down", EmptyIndex: "empty_index"}
 
 
 async def _answer(question: str, history: list[Message], reply: cl.Message, language: Language) -> Answer:
     principal = _principal()
-    async with cl.Step(name=text(language, "searching"), type="retrieval", show_input=False) as step:
-        events = await answer_stream(context.services(), principal, question, history, None)
-        first = await anext(events)
-        step.output = _retrieval_summary(first, question, language)
-    async with contextlib.aclosing(events):  # gives the generation slot back even if the browser goes away
+    # The stream is closed however this ends (finished, failed, stopped, the browser gone): that stops the LLM
+    # and gives the generation slot back. Registered before any await can be cancelled.
+    async with contextlib.AsyncExitStack() as resources:
+        async with cl.Step(name=text(language, "searching"), type="retrieval", show_input=False) as step:
+            events = await answer_stream(context.services(), principal, question, history, None)
+            resources.push_async_callback(events.aclose)
+            first = await anext(events)
+            step.output = _retrieval_summary(first, question, language)
         answer = await _stream(first, events, reply)
     await _finish(reply, question, answer, language, principal)
     return answer

@@ -33,6 +33,7 @@ TEXTS: dict[Language, dict[str, str]] = {
                        "`rag-ingest`.",
         "failed": "Something went wrong while answering (reference {ref}). Please try again.",
         "busy": "Many people are asking right now; please try again in a few seconds.",
+        "too_long": "That question is too long to answer: keep it under {limit} characters.",
     },
     "zh": {
         "welcome": "可以向我询问公司文档中的内容。我根据已索引的 **{documents}**（**{chunks}** 个段落{kinds}）"
@@ -56,6 +57,7 @@ TEXTS: dict[Language, dict[str, str]] = {
         "empty_index": "知识库是空的：尚未索引任何文档。请联系管理员运行 `rag-ingest`。",
         "failed": "回答时出错（参考编号 {ref}），请重试。",
         "busy": "当前提问的人很多，请几秒钟后再试。",
+        "too_long": "问题太长，无法回答：请控制在 {limit} 个字符以内。",
     },
 }
 

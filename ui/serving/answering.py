@@ -3,15 +3,15 @@ passed through, and the one mapping from answers to the wire bodies that the API
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Iterator, Sequence
-
-from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
+import contextlib
+from collections.abc import Sequence
 
 from rag.access import Principal
-from rag.answer import Answer, Done, Event, Source, Token
+from rag.answer import Answer, Done, Source
 from rag.prompt import Message
 from rag.types import Hit
 from ui.serving.services import Services
+from ui.serving.streaming import AnswerStream
 
 SNIPPET_CHARS = 300
 
@@ -19,49 +19,20 @@ SNIPPET_CHARS = 300
 async def answer_once(services: Services, principal: Principal, question: str, history: Sequence[Message],
                       top_k: int | None) -> Answer:
     """The finished answer from what the principal may see (non-streaming), within a generation slot."""
-    async with services.gate.slot():
-        answer = await run_in_threadpool(lambda: services.engine.ask(question, history, top_k, principal=principal))
-    services.metrics.observe_answer(answer)
-    return answer
+    async with contextlib.aclosing(await answer_stream(services, principal, question, history, top_k)) as events:
+        async for event in events:
+            if isinstance(event, Done):
+                return event.answer
+    raise AssertionError("a stream always ends with Done")
 
 
 async def answer_stream(services: Services, principal: Principal, question: str, history: Sequence[Message],
-                        top_k: int | None) -> AsyncGenerator[Event, None]:
-    """Events of a streamed answer. Runs until the first token before returning, so that an empty index or an
-    unreachable LLM becomes an error status instead of a broken stream."""
-    await services.gate.acquire()
-    try:
-        events = services.engine.stream(question, history, top_k, principal=principal)
-        primed = await run_in_threadpool(_until_first_token, events)
-    except BaseException:
-        services.gate.release()
-        raise
-    return _rest(services, primed, events)
-
-
-def _until_first_token(events: Iterator[Event]) -> list[Event]:
-    primed: list[Event] = []
-    for event in events:
-        primed.append(event)
-        if isinstance(event, Token | Done):
-            break
-    return primed
-
-
-async def _rest(services: Services, primed: list[Event], events: Iterator[Event]) -> AsyncGenerator[Event, None]:
-    try:
-        for event in primed:
-            yield _observed(services, event)
-        async for event in iterate_in_threadpool(events):
-            yield _observed(services, event)
-    finally:
-        services.gate.release()
-
-
-def _observed(services: Services, event: Event) -> Event:
-    if isinstance(event, Done):
-        services.metrics.observe_answer(event.answer)
-    return event
+                        top_k: int | None) -> AnswerStream:
+    """Events of a streamed answer, holding a generation slot until closed: the caller must `aclose()` it (an
+    `aclosing` block, or a response that closes it however it ends). Runs until the first answer text before
+    returning, so that an empty index or an unreachable LLM becomes an error status instead of a broken stream."""
+    return await AnswerStream.open(services, lambda stop: services.engine.stream(
+        question, history, top_k, principal=principal, stop=stop))
 
 
 def hit_json(n: int, hit: Hit) -> dict[str, object]:

@@ -25,16 +25,26 @@ class Gate:
     def __init__(self, slots: int, timeout: float) -> None:
         self._semaphore = asyncio.Semaphore(slots)
         self._timeout = timeout
+        self._free = slots
+
+    @property
+    def free(self) -> int:
+        """Slots free right now."""
+        return self._free
 
     async def acquire(self) -> None:
         """Take a slot or raise Busy."""
         try:
-            await asyncio.wait_for(self._semaphore.acquire(), self._timeout)
+            # Not wait_for: in Python 3.11 it can drop a slot acquired just as the wait is cancelled.
+            async with asyncio.timeout(self._timeout):
+                await self._semaphore.acquire()
         except TimeoutError as exc:
             raise Busy("all generation slots are busy; retry shortly") from exc
+        self._free -= 1
 
     def release(self) -> None:
         """Give a slot back."""
+        self._free += 1
         self._semaphore.release()
 
     @asynccontextmanager
