@@ -22,8 +22,9 @@ _Item = Event | Exception | None  # an event, the engine's error, or None at the
 
 class AnswerStream:
     """Async iterator over an answer's events, holding a generation slot. Always `aclose()` it: closing sets the
-    stop event (the LLM stream ends at its next token, which closes the connection, and vLLM aborts the request),
-    waits for the worker thread to close the engine's generator, then gives the slot back."""
+    Stop (the LLM stream ends at its next chunk, or at once when still waiting on vLLM: its connection is shut
+    down, and vLLM aborts the request), waits for the worker thread to close the engine's generator, then gives
+    the slot back."""
 
     def __init__(self, services: Services, start: Start) -> None:
         self._services = services
