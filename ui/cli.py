@@ -33,6 +33,9 @@ def _fail(message: str, code: int) -> NoReturn:
     sys.exit(code)
 
 
+WS_MAX_BYTES = 1_048_576
+
+
 @contextmanager
 def _errors() -> Iterator[None]:
     """Turn the core's named errors into messages and exit codes."""
@@ -247,7 +250,8 @@ def serve(host: str, port: int, no_chat: bool, insecure: bool) -> None:
         err.print(f"[bold red]WARNING ({INSECURE_FLAG}): anyone who reaches {host} port {port} can use this "
                   f"server: {'; '.join(doors)}.[/bold red]")
     _banner(settings, host, port, chat=not no_chat)
-    uvicorn.run(app, host=host, port=port, log_level="info")
+    # The chat's socket library refuses messages over 1 MB; uvicorn would otherwise read up to 16 MiB first.
+    uvicorn.run(app, host=host, port=port, log_level="info", ws_max_size=WS_MAX_BYTES)
 
 
 def _banner(settings: Settings, host: str, port: int, chat: bool) -> None:

@@ -7,7 +7,7 @@ import base64
 import hashlib
 import hmac
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rag.access import Principal
 from rag.errors import ConfigError
@@ -22,7 +22,7 @@ class UiUser:
     """A person who may sign in to the chat UI, with the document access groups they carry."""
 
     name: str
-    password_hash: str
+    password_hash: str = field(repr=False)
     principal: Principal
 
     @property
