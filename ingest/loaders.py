@@ -1,4 +1,8 @@
-"""Format loaders: bytes of one file → titled sections with page numbers and heading paths."""
+"""Format loaders: bytes of one file → titled sections with page numbers and heading paths.
+
+Text a reader never sees is not loaded: invisible characters (zero-width, bidi controls, tag characters) are
+stripped from every section, heading and title, and DOCX runs that are hidden (vanish) or white are left out.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +12,12 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import PurePath
+from typing import Any
 
 import yaml
 
 from rag.access import DocAccess, document_access
+from rag.sanitize import strip_invisible
 
 # A zip member (DOCX) may not expand past this: guards against decompression bombs.
 MAX_UNZIPPED_BYTES = 200 * 1024 * 1024
@@ -33,6 +39,11 @@ class Section:
     page: int | None = None
     headings: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        # Hidden instructions ride in invisible characters; no loader lets them through.
+        object.__setattr__(self, "text", strip_invisible(self.text))
+        object.__setattr__(self, "headings", tuple(strip_invisible(heading) for heading in self.headings))
+
 
 @dataclass(slots=True)
 class LoadedDoc:
@@ -41,6 +52,9 @@ class LoadedDoc:
     title: str
     sections: list[Section]
     access: DocAccess = field(default_factory=DocAccess)
+
+    def __post_init__(self) -> None:
+        self.title = strip_invisible(self.title)
 
 
 class SectionBuilder:
@@ -209,17 +223,52 @@ def load_docx(data: bytes, name: str) -> LoadedDoc:
     for para in document.paragraphs:
         style = (para.style.name if para.style is not None else "") or ""
         level = int(style.split()[-1]) if style.startswith("Heading") and style.split()[-1].isdigit() else 0
-        if level and para.text.strip():
-            builder.heading(level, para.text.strip())
-        elif para.text.strip():
-            builder.add(para.text)
+        text = visible_text(para)
+        if level and text.strip():
+            builder.heading(level, text.strip())
+        elif text.strip():
+            builder.add(text)
     for table in document.tables:
         builder.heading(1, "")  # tables stand on their own, outside the last heading
-        builder.add("\n".join("\t".join(cell.text.strip() for cell in row.cells) for row in table.rows))
+        builder.add("\n".join("\t".join(_cell_text(cell) for cell in row.cells) for row in table.rows))
     sections = builder.finish()
     first_heading = next((s.headings[0] for s in sections if s.headings), "")
     title = document.core_properties.title or first_heading or PurePath(name).stem
     return LoadedDoc(title=title, sections=sections)
+
+
+def visible_text(paragraph: Any) -> str:
+    """A DOCX paragraph's text without hidden runs: vanish (hidden text), white or tiny font, directly or by the
+    run's or the paragraph's style."""
+    from docx.text.hyperlink import Hyperlink
+
+    styled = paragraph.style is not None and _hidden_font(paragraph.style.font)
+    parts = []
+    for item in paragraph.iter_inner_content():
+        for run in item.runs if isinstance(item, Hyperlink) else [item]:
+            hidden = styled or _hidden_font(run.font) or (run.style is not None and _hidden_font(run.style.font))
+            if not hidden:
+                parts.append(run.text)
+    return "".join(parts)
+
+
+def _cell_text(cell: Any) -> str:
+    return "\n".join(visible_text(paragraph) for paragraph in cell.paragraphs).strip()
+
+
+def _hidden_font(font: Any) -> bool:
+    """Whether a font hides its text: vanish, white (without a highlight), or at most 1 pt."""
+    from docx.enum.dml import MSO_THEME_COLOR
+    from docx.shared import Pt
+
+    if font.hidden or font.spec_vanish or (font.size is not None and font.size <= Pt(1)):
+        return True
+    colour = font.color
+    if colour.type is None or font.highlight_color is not None:
+        return False
+    if colour.theme_color is not None:  # Word paints the theme colour, whatever w:val says
+        return colour.theme_color in (MSO_THEME_COLOR.BACKGROUND_1, MSO_THEME_COLOR.LIGHT_1)
+    return colour.rgb is not None and all(channel >= 0xF0 for channel in colour.rgb)
 
 
 LOADERS: dict[str, Callable[[bytes, str], LoadedDoc]] = {
