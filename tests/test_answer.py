@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -46,7 +47,7 @@ def test_answer_streams_checked_sentences_with_repaired_citations(retriever: Ret
     sent = server.requests[0]
     assert sent["model"] == "fake-model" and sent["stream"] is True
     assert sent["messages"][0] == {"role": "system", "content": SYSTEM_PROMPT}  # type: ignore[index]
-    assert "[1] hr/leave.md, section: Leave" in sent["messages"][1]["content"]  # type: ignore[index]
+    assert re.search(r"⟪excerpt \[1\] \w+⟫ hr/leave.md, section: Leave\n", sent["messages"][1]["content"])  # type: ignore[index]
     assert "it/vpn.md" not in sent["messages"][1]["content"]  # type: ignore[index]
     json_out = answer.as_json()
     assert json_out["sources"][0] == {"n": 1, "source": "hr/leave.md", "page": None,  # type: ignore[index]
