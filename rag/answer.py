@@ -20,8 +20,9 @@ from rag.extract import Encoder, extract
 from rag.grounding import MIN_COVERAGE, RepetitionGuard, SupportChecker, Verdict, mentions_any, proper_names
 from rag.keyword import cjk_share
 from rag.llm import LLM, Delta, Stop, Usage
-from rag.prompt import Message, answer_messages, condense_messages, is_refusal, reply
+from rag.prompt import Message, answer_messages, condense_messages, is_refusal, new_nonce, reply
 from rag.retrieve import Retriever
+from rag.sanitize import STRICT, LinkPolicy, Removed
 from rag.sentences import Language, SentenceBuffer, language_of, question_language
 from rag.types import Hit
 
@@ -69,6 +70,8 @@ class _Run:
     usage: Usage = field(default_factory=Usage)
     draft_first_ms: float | None = None
     shown_first_ms: float | None = None
+    shown_query: str = ""  # the standalone question as shown (it may be the model's words)
+    removed: list[Removed] = field(default_factory=list)  # what sanitising took out of shown text
     stop: Stop | None = None  # set by another thread: the LLM stream ends with Stopped
 
 
@@ -97,7 +100,7 @@ class QueryEngine:
     def __init__(self, retriever: Retriever, llm: LLM, top_k: int = 3, refusal_threshold: float = 0.0,
                  refusal_threshold_cjk: float | None = None, mode: AnswerMode = "auto",
                  encoder: Encoder | None = None, max_answer_tokens: int | None = None,
-                 model_languages: frozenset[str] = frozenset({"en", "zh"})) -> None:
+                 model_languages: frozenset[str] = frozenset({"en", "zh"}), links: LinkPolicy = STRICT) -> None:
         self.retriever = retriever
         self._llm = llm
         self.top_k = top_k
@@ -108,6 +111,7 @@ class QueryEngine:
         self.max_answer_tokens = max_answer_tokens
         self.min_coverage = dict(MIN_COVERAGE)
         self.model_languages = model_languages
+        self.links = links
 
     def threshold_for(self, question: str) -> float:
         """The refusal threshold for this question: Chinese questions score on another scale (keyword-led)."""
@@ -120,6 +124,7 @@ class QueryEngine:
         Setting `stop` (from another thread) ends the generation at its next token with rag.llm.Stopped."""
         run = _Run(question, history, question_language(question), time.perf_counter(), stop=stop)
         run.standalone = self.condense(question, history) if history else question
+        run.shown_query = self._safe(run, run.standalone) if history else question  # the model's words, or theirs
         hits = self.retriever.search(run.standalone, top_k or self.top_k, principal)
         run.retrieve_ms, run.threshold = _ms(run.started), self.threshold_for(run.standalone)
         run.sure = confidence(hits[0].score if hits else None, run.threshold)
@@ -127,7 +132,7 @@ class QueryEngine:
         if not run.hits or unmentioned(run.standalone, run.hits):
             yield from self._refused(run, "refusal", listed=False)
             return
-        yield Retrieved(run.hits, run.standalone)
+        yield Retrieved(run.hits, run.shown_query, self.links)
         if _other_language(run.hits, run.language):
             yield from self._extracted(run, "other_language")
         elif self.mode == "extract":
@@ -153,11 +158,11 @@ class QueryEngine:
     def _generated(self, run: _Run) -> Iterator[Event]:
         checker = SupportChecker([hit.text for hit in run.hits], run.language, run.standalone, self.min_coverage)
         draft = _Draft()
-        messages = answer_messages(run.question, run.hits, run.history)
+        messages = answer_messages(run.question, run.hits, run.history, nonce=new_nonce())
         deltas = self._llm.stream(messages, self.max_answer_tokens, stop=run.stop)
         try:
             for text in self._sentences(deltas, run, draft):
-                if shown := self._judge(checker.check(text), draft):
+                if shown := self._judge(checker.check(text), draft, run):
                     yield self._shown(run, draft, shown)
                 if draft.stop:
                     break
@@ -179,8 +184,9 @@ class QueryEngine:
             yield from buffer.feed(delta.text)
         yield from buffer.flush()
 
-    def _judge(self, verdict: Verdict, draft: _Draft) -> str:
-        """Record a checked sentence; returns the text to show ("" to withhold) and sets draft.stop when to stop."""
+    def _judge(self, verdict: Verdict, draft: _Draft, run: _Run) -> str:
+        """Record a checked sentence; returns the text to show ("" to withhold) and sets draft.stop when to stop.
+        The check reads the sentence as the model wrote it; what is shown is sanitised."""
         if verdict.reason == "empty":
             return ""
         if is_refusal(verdict.text):
@@ -196,8 +202,9 @@ class QueryEngine:
             return ""
         if not verdict.supported:
             return ""
-        draft.sentences[-1] = Sentence(verdict.text, True, verdict.sources, True)
-        return _with_markers(verdict.text, verdict.sources)
+        shown = self._safe(run, verdict.text)
+        draft.sentences[-1] = Sentence(shown, True, verdict.sources, True)
+        return _with_markers(shown, verdict.sources) if shown.strip() else ""
 
     def _shown(self, run: _Run, draft: _Draft, text: str) -> Token:
         separator = "" if not draft.text else "\n" if text[:2] in ("- ", "* ") else \
@@ -223,10 +230,11 @@ class QueryEngine:
             return
         label = reply("other_language" if why == "other_language" else "quoted", run.language)
         run.shown_first_ms = run.shown_first_ms or _ms(run.started)
-        lines = [label, *(f"“{quote.text}” [{quote.n}]" for quote in quotes)]
+        shown = [(self._safe(run, quote.text), quote.n) for quote in quotes]
+        lines = [label, *(f"“{text}” [{n}]" for text, n in shown)]
         for n, line in enumerate(lines):
             yield Token(("\n" if n else "") + line)
-        sentences = [Sentence(quote.text, True, (quote.n,), True) for quote in quotes]
+        sentences = [Sentence(text, True, (n,), True) for text, n in shown]
         drafted = (draft.sentences if draft else []) + sentences
         grounded = draft.grounded if draft and draft.sentences else 1.0
         yield Done(self._answer(run, "extracted", "\n".join(lines), drafted, grounded, why))
@@ -245,9 +253,15 @@ class QueryEngine:
         sources = [Source(n, hit, n in cited) for n, hit in enumerate(run.hits, start=1)]
         timings = Timings(run.retrieve_ms, run.shown_first_ms, _ms(run.started), run.draft_first_ms)
         sure = {"generated": run.sure * grounded, "extracted": run.sure * EXTRACTED_CONFIDENCE}.get(outcome, 0.0)
-        return Answer(text, outcome != "refused", bool(cited), sources, timings, run.usage, run.standalone,
+        return Answer(text, outcome != "refused", bool(cited), sources, timings, run.usage, run.shown_query,
                       round(sure, 3), outcome, grounded, sentences, "" if outcome == "generated" else why,
-                      loop=why == "loop")
+                      loop=why == "loop", removed=list(dict.fromkeys(run.removed)), links=self.links)
+
+    def _safe(self, run: _Run, text: str) -> str:
+        """Text as it may be shown (rag.sanitize); what was taken out is recorded for the answer."""
+        safe = self.links.clean(text)
+        run.removed += safe.removed
+        return safe.text
 
 
 def unmentioned(question: str, hits: Sequence[Hit]) -> bool:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from rag.llm import Usage
+from rag.sanitize import STRICT, LinkPolicy, Removed
 from rag.types import Hit
 
 Outcome = Literal["generated", "extracted", "refused"]
@@ -59,7 +60,8 @@ class Answer:
     `mode` says what the user got: the model's checked sentences ("generated"), sentences quoted from the
     excerpts ("extracted"), or no answer ("refused"); `fallback` says why it is not "generated". `grounded` is the
     share of the model's sentences that the excerpts support (1.0 when no model was asked). `sentences` holds the
-    shown sentences and the withheld ones of the draft."""
+    shown sentences and the withheld ones of the draft. `removed` lists what sanitising took out of the shown text
+    (images, links to hosts off RAG_LINK_ALLOWLIST, raw HTML); `links` is the policy that shows its sources."""
 
     text: str
     answerable: bool
@@ -74,6 +76,8 @@ class Answer:
     sentences: list[Sentence] = field(default_factory=list)
     fallback: str = ""
     loop: bool = False
+    removed: list[Removed] = field(default_factory=list)
+    links: LinkPolicy = STRICT
 
     @property
     def shown_sentences(self) -> list[Sentence]:
@@ -94,6 +98,7 @@ class Answer:
             "sentences": [sentence.as_json() for sentence in self.shown_sentences],
             "withheld": [{"reason": sentence.reason} for sentence in self.withheld],
             "sources": [source.as_json() for source in self.sources],
+            "removed": [removed.as_json() for removed in self.removed],
             "timings": {"retrieve_ms": round(timings.retrieve_ms, 1),
                         "first_token_ms": _round(timings.first_token_ms),
                         "draft_first_token_ms": _round(timings.draft_first_token_ms),
@@ -115,10 +120,12 @@ class Token:
 
 @dataclass(frozen=True, slots=True)
 class Retrieved:
-    """The excerpts the answer will be drawn from (sent before the first token), and the query that found them."""
+    """The excerpts the answer will be drawn from (sent before the first token), the query that found them (as it
+    may be shown), and the policy that shows their text."""
 
     hits: list[Hit]
     query: str = ""
+    links: LinkPolicy = STRICT
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,6 +72,7 @@ class Settings(BaseSettings):
     rerank_model: str = ""
 
     escalate_below: float = Field(default=0.6, ge=0.0, le=1.0)
+    link_allowlist: str = ""
 
     ungrouped: Literal["public", "private"] = "public"
     api_keys: str = Field(default="", repr=False)
@@ -146,6 +147,16 @@ class Settings(BaseSettings):
             url = urlsplit(origin)
             if url.scheme not in {"http", "https"} or not url.hostname or url.path not in {"", "/"} or url.query:
                 raise ValueError(f"{origin!r} is not an origin like https://app.example.com (scheme, host, port)")
+        return value
+
+    @field_validator("link_allowlist")
+    @classmethod
+    def _link_hosts(cls, value: str) -> str:
+        for name in _entries(value):
+            bare = name.removeprefix("*.").strip("[]")
+            if not (_is_ip(bare) or _HOST_NAME.fullmatch(bare)):
+                raise ValueError(f"{name!r} is not a host name (no scheme, port or path; `*.example.com` for a "
+                                 "domain and its subdomains)")
         return value
 
     @field_validator("chroma_url", "llm_base_url")

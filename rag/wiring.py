@@ -17,6 +17,7 @@ from rag.keyword import KeywordIndex
 from rag.llm import LLM
 from rag.rerank import CrossEncoderReranker
 from rag.retrieve import Fusion, Retriever
+from rag.sanitize import LinkPolicy
 from rag.store import ChromaStore
 
 if TYPE_CHECKING:
@@ -152,7 +153,7 @@ def build_engine(settings: Settings, embedder: Embedder | None = None, store: In
     retriever = build_retriever(settings, embedder, store)
     return QueryEngine(retriever, llm or build_llm(settings), settings.top_k, settings.refusal_threshold,
                        settings.refusal_threshold_cjk, settings.answer_mode, embedder, settings.max_answer_tokens,
-                       settings.model_languages)
+                       settings.model_languages, LinkPolicy.parse(settings.link_allowlist))
 
 
 def build_feedback_store(settings: Settings) -> FeedbackStore:

@@ -40,7 +40,7 @@ async def _sse(events: AsyncIterator[Event], escalate_below: float) -> AsyncIter
     try:
         async for event in events:
             if isinstance(event, Retrieved):
-                sources = [hit_json(n, hit) for n, hit in enumerate(event.hits, start=1)]
+                sources = [hit_json(n, hit, event.links) for n, hit in enumerate(event.hits, start=1)]
                 yield {"event": "sources", "data": json.dumps(sources, ensure_ascii=False)}
             elif isinstance(event, Token):
                 yield {"event": "token", "data": json.dumps({"text": event.text}, ensure_ascii=False)}

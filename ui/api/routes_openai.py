@@ -71,7 +71,7 @@ def _completion(answer: Answer, model: str, escalate_below: float) -> dict[str, 
 
 def _extras(body: dict[str, Any]) -> dict[str, Any]:
     """The knowledge base's fields beside OpenAI's: sources, checks, escalation."""
-    keys = ("sources", "answerable", "mode", "fallback", "grounded", "sentences", "confidence", "escalate")
+    keys = ("sources", "answerable", "mode", "fallback", "grounded", "sentences", "confidence", "escalate", "removed")
     return {key: body[key] for key in keys}
 
 

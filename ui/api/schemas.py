@@ -69,6 +69,16 @@ class WithheldOut(BaseModel):
                                     "is in no excerpt), language (not the question's), repeat")
 
 
+class RemovedOut(BaseModel):
+    """Something sanitising took out of what is shown: an image (shown as its alt text), a link or URL to a host
+    off RAG_LINK_ALLOWLIST (shown as text naming the host), or raw HTML."""
+
+    kind: Literal["image", "link", "html"]
+    host: str = Field(description="Where it pointed (empty when unknown).")
+    where: Literal["answer", "sources"] = Field(description="Taken out of the answer, or of the sources' snippets "
+                                                            "and headings.")
+
+
 class AskResponse(BaseModel):
     """The answer a helpdesk tool can act on."""
 
@@ -101,6 +111,8 @@ class AskResponse(BaseModel):
     escalate: bool = Field(description="Hand over to a human: not answered by the model from the documents, "
                                        "sentences withheld, uncited, or low confidence.")
     sources: list[SourceOut]
+    removed: list[RemovedOut] = Field(default_factory=list, description="What sanitising took out of the answer "
+                                      "and snippets: no image, outside link or raw HTML is ever returned.")
     timings: dict[str, float | None]
     usage: dict[str, int]
 

@@ -1,4 +1,8 @@
-"""Pure rendering of answers for the chat: the message text, its source list, metrics line and source panels."""
+"""Pure rendering of answers for the chat: the message text, its source list, metrics line and source panels.
+
+Document text (file names, headings, snippets, passages) is sanitised with the answer's link policy before it is
+rendered as Markdown: no image, no link off the allowlist, no raw HTML (rag.sanitize). The answer's own text was
+sanitised by the engine."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from pathlib import Path, PurePosixPath
 
 from rag.answer import Answer, Source
 from rag.extract import passage_body
+from rag.sanitize import STRICT, LinkPolicy
 from ui.chat.texts import Language, text
 
 SNIPPET_CHARS = 140
@@ -32,14 +37,17 @@ def source_name(n: int) -> str:
     return f"[{n}]"
 
 
-def source_line(source: Source, language: Language) -> str:
+def source_line(source: Source, language: Language, links: LinkPolicy = STRICT) -> str:
     """`[n] file, p. 3 — Heading › Sub: “snippet…”` for the list under an answer."""
     hit = source.hit
     where = f"`{PurePosixPath(hit.source).name}`"
     if hit.page is not None:
         where += ", " + text(language, "page", page=hit.page)
     heading = f" — {hit.headings.replace(' > ', ' › ')}" if hit.headings else ""
-    return f"- {source_name(source.n)} {where}{heading}: “{snippet(passage_body(hit))}”"
+    # The passage is sanitised whole before it is cut, so no image or link is cut in half (and shown as text).
+    passage = snippet(links.clean(passage_body(hit)).text)
+    shown = links.clean(f"{where}{heading}: “{passage}”").text
+    return f"- {source_name(source.n)} {' '.join(shown.split())}"
 
 
 def snippet(passage: str, limit: int = SNIPPET_CHARS) -> str:
@@ -76,13 +84,13 @@ def answer_markdown(answer: Answer, language: Language) -> str:
         parts = [f"> ⚠️ {answer.text}" if answer.fallback == "withheld" else not_found_block(language)]
     elif answer.mode == "extracted":
         parts = [quoted_markdown(answer)]
-        lines = "\n".join(source_line(source, language) for source in answer.sources)
+        lines = "\n".join(source_line(source, language, answer.links) for source in answer.sources)
         parts.append(f"**{text(language, 'sources')}**\n{lines}")
     else:
         parts = [answer.text]
         if not answer.cited:
             parts.append(text(language, "uncited"))
-        lines = "\n".join(source_line(source, language) for source in answer.sources)
+        lines = "\n".join(source_line(source, language, answer.links) for source in answer.sources)
         parts.append(f"**{text(language, 'sources')}**\n{lines}")
     if answer.timings.first_token_ms is not None:
         parts.append(metrics_line(answer, language))
@@ -99,16 +107,17 @@ def quoted_markdown(answer: Answer) -> str:
 
 def source_panels(answer: Answer, files: dict[str, Path]) -> list[SourcePanel]:
     """One panel per source; `files` maps a doc_id to its file on disk (PDFs open there, at the page)."""
-    panels = []
+    panels, clean = [], answer.links.clean
     for source in answer.sources if answer.answerable else []:
         hit = source.hit
         path = files.get(hit.doc_id)
         if path is not None and path.suffix.lower() == ".pdf" and path.is_file():
-            panels.append(SourcePanel(source_name(source.n), "pdf", passage_body(hit), path, hit.page))
+            panels.append(SourcePanel(source_name(source.n), "pdf", clean(passage_body(hit)).text, path, hit.page))
             continue
-        title = f"**{hit.source}**" + (f" · p. {hit.page}" if hit.page is not None else "")
-        heading = f"\n\n*{hit.headings.replace(' > ', ' › ')}*" if hit.headings else ""
-        panels.append(SourcePanel(source_name(source.n), "text", f"{title}{heading}\n\n{passage_body(hit)}"))
+        title = f"**{clean(hit.source).text}**" + (f" · p. {hit.page}" if hit.page is not None else "")
+        heading = f"\n\n*{clean(hit.headings.replace(' > ', ' › ')).text}*" if hit.headings else ""
+        body = clean(passage_body(hit)).text
+        panels.append(SourcePanel(source_name(source.n), "text", f"{title}{heading}\n\n{body}"))
     return panels
 
 

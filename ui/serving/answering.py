@@ -7,8 +7,9 @@ import contextlib
 from collections.abc import Sequence
 
 from rag.access import Principal
-from rag.answer import Answer, Done, Source
+from rag.answer import Answer, Done
 from rag.prompt import Message
+from rag.sanitize import STRICT, LinkPolicy, Removed
 from rag.types import Hit
 from ui.serving.services import Services
 from ui.serving.streaming import AnswerStream
@@ -35,21 +36,30 @@ async def answer_stream(services: Services, principal: Principal, question: str,
         question, history, top_k, principal=principal, stop=stop))
 
 
-def hit_json(n: int, hit: Hit) -> dict[str, object]:
-    """A numbered excerpt on the wire: where it is from, its score, headings and a snippet."""
-    return {"n": n, "source": hit.source, "page": hit.page, "score": hit.score, "chunk_id": hit.chunk_id,
-            "doc_id": hit.doc_id, "headings": hit.headings, "snippet": hit.text[:SNIPPET_CHARS]}
+def hit_json(n: int, hit: Hit, links: LinkPolicy = STRICT) -> dict[str, object]:
+    """A numbered excerpt on the wire: where it is from, its score, headings and a snippet; headings and snippet
+    are document text, sanitised for Markdown (rag.sanitize: no images, no links off the allowlist, no HTML)."""
+    return _shown_hit(n, hit, links)[0]
 
 
-def source_json(source: Source) -> dict[str, object]:
-    """A source of an answer on the wire: the excerpt and whether the answer cites it."""
-    return hit_json(source.n, source.hit) | {"cited": source.cited}
+def _shown_hit(n: int, hit: Hit, links: LinkPolicy) -> tuple[dict[str, object], tuple[Removed, ...]]:
+    # The whole chunk is sanitised before the snippet is cut: no image or link is cut in half, and `removed`
+    # tells of what the rest of the chunk held too.
+    headings, text = links.clean(hit.headings), links.clean(hit.text)
+    return ({"n": n, "source": hit.source, "page": hit.page, "score": hit.score, "chunk_id": hit.chunk_id,
+             "doc_id": hit.doc_id, "headings": headings.text, "snippet": text.text[:SNIPPET_CHARS]},
+            headings.removed + text.removed)
 
 
 def ask_body(answer: Answer, escalate_below: float) -> dict[str, object]:
-    """The /v1/ask response: `rag ask --json` plus confidence, escalate, headings and snippets."""
+    """The /v1/ask response: `rag ask --json` plus confidence, escalate, headings and snippets, and `removed`:
+    what sanitising took out of the answer and of the snippets."""
     body = answer.as_json()
-    body["sources"] = [source_json(source) for source in answer.sources]
+    shown = [_shown_hit(source.n, source.hit, answer.links) for source in answer.sources]
+    body["sources"] = [hit | {"cited": source.cited} for (hit, _), source in zip(shown, answer.sources, strict=True)]
+    in_sources = dict.fromkeys(removed for _, found in shown for removed in found)
+    body["removed"] = [removed.as_json() | {"where": "answer"} for removed in answer.removed] + \
+        [removed.as_json() | {"where": "sources"} for removed in in_sources]
     body["confidence"] = answer.confidence
     body["escalate"] = needs_human(answer, escalate_below)
     return body
