@@ -83,6 +83,19 @@ class _Draft:
     text: str = ""
     stop: str = ""  # "loop", "ungrounded", "language", "refusal"
     refused: bool = False
+    held: list[int] = field(default_factory=list)  # shown introductions ("…:") not yet streamed
+
+    def release(self) -> list[str]:
+        """The held sentences, with their markers, to stream now."""
+        released = [_with_markers(self.sentences[i].text, self.sentences[i].sources) for i in self.held]
+        self.held.clear()
+        return released
+
+    def withhold_held(self) -> None:
+        """An introduction whose continuation never came says nothing: it is withheld after all."""
+        for i in self.held:
+            self.sentences[i] = replace(self.sentences[i], shown=False, reason="intro")
+        self.held.clear()
 
     @property
     def shown(self) -> int:
@@ -162,12 +175,15 @@ class QueryEngine:
         deltas = self._llm.stream(messages, self.max_answer_tokens, stop=run.stop)
         try:
             for text in self._sentences(deltas, run, draft):
-                if shown := self._judge(checker.check(text), draft, run):
-                    yield self._shown(run, draft, shown)
+                if self._judge(checker.check(text), draft, run):
+                    draft.held.append(len(draft.sentences) - 1)
+                    if not _introduces(draft.sentences[-1]):  # an introduction waits for what it introduces
+                        yield from (self._shown(run, draft, shown) for shown in draft.release())
                 if draft.stop:
                     break
         finally:
             deltas.close()  # stops generation on the server when we stop early
+        draft.withhold_held()
         yield from self._after_generation(run, draft)
 
     def _sentences(self, deltas: Iterable[Delta], run: _Run, draft: _Draft) -> Iterator[str]:
@@ -203,8 +219,11 @@ class QueryEngine:
         if not verdict.supported:
             return ""
         shown = self._safe(run, verdict.text)
+        if not shown.strip():  # nothing left to show (an image alone, say)
+            draft.sentences[-1] = Sentence(shown, True, verdict.sources, False, "empty")
+            return ""
         draft.sentences[-1] = Sentence(shown, True, verdict.sources, True)
-        return _with_markers(shown, verdict.sources) if shown.strip() else ""
+        return _with_markers(shown, verdict.sources)
 
     def _shown(self, run: _Run, draft: _Draft, text: str) -> Token:
         separator = "" if not draft.text else "\n" if text[:2] in ("- ", "* ") else \
@@ -277,6 +296,11 @@ def _with_markers(text: str, sources: Sequence[int]) -> str:
     body, end = (text[:-1], text[-1]) if text[-1:] and text[-1] in ".!?。！？" else (text, "")
     space = "" if end in ("。", "！", "？") or language_of(body) == "zh" else " "
     return f"{body.rstrip()}{space}{markers}{end}"
+
+
+def _introduces(sentence: Sentence) -> bool:
+    """Whether a sentence introduces what follows it (ends in a colon): alone, it says nothing."""
+    return sentence.text.rstrip().endswith((":", "："))
 
 
 def _other_language(hits: Sequence[Hit], language: Language) -> bool:

@@ -35,7 +35,9 @@ class Sentence:
     supported: bool
     sources: tuple[int, ...]
     shown: bool
-    reason: str = ""  # why it was withheld: "coverage", "number", "name", "language", "repeat", or "" if shown
+    # Why it was withheld: "coverage", "number", "name", "language", "repeat", "intro" (it introduced what was
+    # withheld), "empty" (nothing left once sanitised), or "" if shown.
+    reason: str = ""
 
     def as_json(self) -> dict[str, object]:
         """A shown sentence on the wire (withheld ones never leave the server as text)."""

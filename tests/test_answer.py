@@ -88,6 +88,21 @@ def test_auto_mode_quotes_the_documents_when_the_draft_fails(retriever: Retrieve
     assert answer.loop is (fallback == "loop")
 
 
+def test_an_introduction_is_shown_only_with_what_it_introduces(retriever: Retriever) -> None:
+    """"Staff get annual leave as follows:" is supported, but what follows is not: nothing of it is streamed."""
+    reply = "Staff get annual leave per year as follows:\n\n1. Staff get 31 days of annual leave per year."
+    engine = QueryEngine(retriever, FakeLLMServer(lambda m: reply).llm(), 2, 0.1)
+    events = list(engine.stream(LEAVE, principal=ALL))
+    tokens = "".join(e.text for e in events if isinstance(e, Token))
+    assert tokens == "From the documents (quoted):\n“Staff get 25 days of annual leave per year.” [1]"
+    answer = engine.ask(LEAVE, principal=ALL)
+    assert [(s.reason, s.shown) for s in answer.withheld] == [("intro", False), ("number", False)]
+    both = "Staff get annual leave per year as follows:\n\n- Staff get 25 days of annual leave per year."
+    shown = QueryEngine(retriever, FakeLLMServer(lambda m: both).llm(), 2, 0.1).ask(LEAVE, principal=ALL)
+    assert shown.text == ("Staff get annual leave per year as follows: [1]\n"
+                          "- Staff get 25 days of annual leave per year [1].")
+
+
 def test_generate_mode_never_quotes_and_says_when_nothing_was_supported(retriever: Retriever) -> None:
     engine = QueryEngine(retriever, FakeLLMServer(lambda m: "Ask your manager.").llm(), 2, 0.1, mode="generate")
     answer = engine.ask(LEAVE, principal=ALL)

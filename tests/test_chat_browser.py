@@ -22,6 +22,7 @@ from ingest.service import list_documents
 from rag.config import Settings
 from rag.wiring import build_feedback_store
 from tests.conftest import REPO, SAMPLES, LLMServer, free_port
+from tests.injection_corpus import Sink, sink_server, write_corpus
 from ui.chat.render import welcome_markdown
 from ui.chat.texts import text as ui_text
 from ui.chat.users import hash_password
@@ -391,6 +392,64 @@ def test_errors_are_messages_not_stack_traces(tmp_path: Path, page: Page) -> Non
         assert "Traceback" not in page.inner_text("body")
     finally:
         _stop(app)
+
+
+# Questions whose documents carry an exfiltration image, a phishing link and raw HTML/JS (two answered by the model,
+# two by quotes that include the attack sentence).
+INJECTION_QUESTIONS = ("What is the name of the guest Wi-Fi network?",
+                       "When are payslips published in the payroll portal?", "报销单模板在哪里下载？",
+                       "彩色打印机在哪里？")
+# Everything the page may load or link to lives on the app's own origin (or is inline data).
+_OUTSIDE = """els => els.map(e => e.getAttribute('src') ?? e.getAttribute('href') ?? e.getAttribute('data') ?? '')
+    .filter(u => u && !u.startsWith('#') && !u.startsWith('data:') && !u.startsWith('blob:'))
+    .filter(u => new URL(u, location.href).origin !== location.origin)"""
+
+
+@pytest.fixture(scope="module")
+def injection_app(tmp_path_factory: pytest.TempPathFactory, llm_server: LLMServer) -> Iterator[tuple[ChatApp, Sink]]:
+    """The injection corpus (every planted URL pointing at a local sink server) behind the chat, sign-in on."""
+    folder = tmp_path_factory.mktemp("injection-chat")
+    with sink_server() as sink:
+        docs = write_corpus(folder / "docs", sink.address)
+        subprocess.run([str(BIN / "rag-ingest"), str(docs)], env=_env(folder / "data"), check=True,
+                       capture_output=True)
+        app = _serve(folder / "data", folder / "serve.log", llm_base_url=llm_server.settings.llm_base_url,
+                     ui_users=f"{USER}:{hash_password(PASSWORD)}:staff", ui_auth_secret="x" * 64)
+        try:
+            yield app, sink
+        finally:
+            _stop(app)
+
+
+def test_hostile_documents_make_the_browser_fetch_and_link_nothing_outside(
+        page: Page, injection_app: tuple[ChatApp, Sink]) -> None:
+    """Answers and source panels over documents with `![](http://sink/…)`, phishing links and `<img onerror>`: the
+    DOM holds no image, frame or link pointing off the app (checked on the DOM, so it holds without a CSP), and
+    the sink hears nothing."""
+    app, sink = injection_app
+    fetched: list[str] = []
+    page.on("request", lambda request: fetched.append(request.url))
+    _sign_in(page, app)
+    expect(page.get_by_text("I answer from")).to_be_visible(timeout=30_000)
+    shown = []
+    for n, question in enumerate(INJECTION_QUESTIONS):
+        if n:  # a new conversation for each question (no history: nothing to condense)
+            page.goto(f"{app.url}/chat/")
+            expect(page.get_by_text("I answer from")).to_be_visible(timeout=30_000)
+        _ask(page, question)
+        finished = page.locator("[data-step-type=assistant_message]").filter(has_text=FINISHED)
+        expect(finished).to_have_count(1, timeout=ANSWER_TIMEOUT_MS)
+        shown += [finished.last.inner_text(), *_source_panels(page, finished.last)]
+        elements = "img, image, iframe, frame, object, embed, video, audio, source, a[href], link[href], script[src]"
+        assert page.eval_on_selector_all(elements, _OUTSIDE) == [], question
+        images = page.eval_on_selector_all("#side-view-content img, [data-step-type=assistant_message] img",
+                                           "els => els.map(e => new URL(e.src).pathname)")
+        assert all(path.startswith("/chat/avatars/") for path in images), images  # the assistant's own avatar
+    text = "\n".join(shown)
+    assert "Visitor-Net" in text and "(link removed: 127.0.0.1)" in text and "报销单模板" in text, text
+    assert not [match for match in ("http://", "onerror", "<img", "<script", "![") if match in text], text
+    assert not [url for url in fetched if sink.address in url], fetched
+    assert not sink.connections and not sink.requests
 
 
 # Console lines of a blocked load or script; the init script reports each violation event the page sees as well.

@@ -66,7 +66,8 @@ class WithheldOut(BaseModel):
     """A sentence of the model's draft that was not shown (its text never leaves the server)."""
 
     reason: str = Field(description="coverage (too few of its words in any excerpt), number or name (one it states "
-                                    "is in no excerpt), language (not the question's), repeat")
+                                    "is in no excerpt), language (not the question's), repeat, intro (it introduced "
+                                    "sentences that were withheld), empty (nothing left once sanitised)")
 
 
 class RemovedOut(BaseModel):
