@@ -45,6 +45,15 @@ def _is_ip(value: str) -> bool:
     return True
 
 
+
+def _host_list(value: str, hint: str, star: bool) -> str:
+    """The comma-separated host names unchanged, or a ValueError naming the first that is not one."""
+    for name in _entries(value):
+        bare = name.removeprefix("*.").strip("[]")
+        if not ((star and name == "*") or _is_ip(bare) or _HOST_NAME.fullmatch(bare)):
+            raise ValueError(f"{name!r} is not a host name (no scheme, port or path; {hint})")
+    return value
+
 class Settings(BaseSettings):
     """Every knob of the assistant; each one is documented in .env.example."""
 
@@ -130,12 +139,7 @@ class Settings(BaseSettings):
     @field_validator("trusted_hosts")
     @classmethod
     def _host_names(cls, value: str) -> str:
-        for name in _entries(value):
-            bare = name.removeprefix("*.").strip("[]")
-            if name != "*" and not (_is_ip(bare) or _HOST_NAME.fullmatch(bare)):
-                raise ValueError(f"{name!r} is not a host name (no scheme, port or path; `*.example.com` for its "
-                                 "subdomains, `*` for any name)")
-        return value
+        return _host_list(value, "`*.example.com` for its subdomains, `*` for any name", star=True)
 
     @field_validator("cors_origins")
     @classmethod
@@ -152,12 +156,7 @@ class Settings(BaseSettings):
     @field_validator("link_allowlist")
     @classmethod
     def _link_hosts(cls, value: str) -> str:
-        for name in _entries(value):
-            bare = name.removeprefix("*.").strip("[]")
-            if not (_is_ip(bare) or _HOST_NAME.fullmatch(bare)):
-                raise ValueError(f"{name!r} is not a host name (no scheme, port or path; `*.example.com` for a "
-                                 "domain and its subdomains)")
-        return value
+        return _host_list(value, "`*.example.com` for a domain and its subdomains", star=False)
 
     @field_validator("chroma_url", "llm_base_url")
     @classmethod
