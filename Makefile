@@ -58,7 +58,7 @@ $(CHROMIUM) $(POSTGRES):
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium postgresql
 
 test: setup lint $(CHROMIUM) $(POSTGRES)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=30
 
 bench: setup
 	$(BIN)/python -m benchmarks.ingest_throughput

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import httpx
 
+from benchmarks.common import free_port
 from benchmarks.query_path import QUESTIONS
 from ingest import service
 from rag.access import LOCAL_OPERATOR
@@ -33,12 +33,6 @@ from rag.wiring import build_embedder, build_engine, prefer_passive_threads
 
 REPO = Path(__file__).resolve().parent.parent
 MAX_TOKENS = 48
-
-
-def _port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def _load(url: str, bodies: list[dict[str, object]], clients: int) -> tuple[float, int]:
@@ -99,7 +93,7 @@ def main() -> None:
                           "messages": answer_messages(q, next(e.hits for e in engine.stream(q, principal=LOCAL_OPERATOR)
                                                               if isinstance(e, Retrieved)))} for q in questions]
         api_bodies = [{"question": q} for q in questions]
-        port = _port()
+        port = free_port()
         api = _serve(local, port)
         try:
             direct_url, api_url = f"{local.llm_base_url}/chat/completions", f"http://127.0.0.1:{port}/v1/ask"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import socket
 import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -75,3 +76,10 @@ def ensure_llm_server(settings: Settings) -> subprocess.Popen[bytes] | None:
     process = start_llm_server(settings, log)
     wait_until_healthy(settings, process, log)
     return process
+
+
+def free_port() -> int:
+    """A TCP port free on loopback right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

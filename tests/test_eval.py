@@ -120,6 +120,7 @@ ANSWER_FLOORS = {"python-faq": ("en", {"gold_cited": 0.7, "refusal_recall": 0.9}
 
 @pytest.mark.slow
 @pytest.mark.integration
+@pytest.mark.timeout(1600)  # beyond the subprocess's own limit, so that its error (with stderr) is what fails
 @pytest.mark.parametrize("dev_set", ["python-faq", "zh"])
 def test_answers_on_a_fixed_sample(dev_set: str, ingested: Callable[[str], Path], tmp_path: Path,
                                    llm_server: LLMServer) -> None:

@@ -1,0 +1,76 @@
+"""How the local vLLM server's weights type and reserved cores change its speed on this CPU, measured in one run.
+
+    .venv/bin/python -m benchmarks.llm_dtype
+
+Starts `rag llm`'s server three times on a free port, one after the other: the former default (bfloat16, one core
+kept for vLLM's scheduler), float32 with that core kept, and today's `auto` (float32 without native bf16, no core
+kept on ≤ 4 cores). For each it times a ~1,500-token prefill (first token) and 100 decoded tokens, three times,
+and prints medians and the ratios against the former default.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from benchmarks.common import REPO, free_port
+from rag.config import Settings
+from rag.llm_server import cpu_flags, llm_dtype, start_llm_server, wait_until_healthy
+
+PROMPT = " ".join(f"word{i} is a fine example of text number {i}." for i in range(110))
+CONFIGS = {"bf16, 1 core kept (former)": ("bfloat16", "1"), "float32, 1 core kept": ("float32", "1"),
+           "auto (today)": ("auto", None)}
+
+
+def timed_request(base_url: str, model: str, content: str, max_tokens: int) -> float:
+    """Seconds for one non-streamed chat completion."""
+    started = time.perf_counter()
+    body = {"model": model, "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens,
+            "temperature": 0, "ignore_eos": True}
+    httpx.post(f"{base_url}/chat/completions", json=body, timeout=600).raise_for_status()
+    return time.perf_counter() - started
+
+
+def measure(dtype: str, reserved: str | None, log: Path) -> tuple[float, float]:
+    """(prefill s for ~1,500 tokens and 1 output token, decode tokens/s) medians for one server configuration."""
+    settings = Settings(llm_base_url=f"http://127.0.0.1:{free_port()}/v1", llm_dtype=dtype,
+                        vllm_python=REPO / ".venv-vllm/bin/python", _env_file=None)  # type: ignore[call-arg]
+    saved = os.environ.pop("VLLM_CPU_NUM_OF_RESERVED_CPU", None)
+    if reserved is not None:
+        os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] = reserved
+    process = start_llm_server(settings, log)
+    try:
+        wait_until_healthy(settings, process, log)
+        url, model = settings.llm_base_url, settings.llm_model
+        prefill = statistics.median(timed_request(url, model, f"{n} {PROMPT}", 1) for n in range(3))
+        decode = statistics.median(timed_request(url, model, f"{n} Tell a story.", 100) for n in range(3))
+        return prefill, 100 / decode
+    finally:
+        process.terminate()
+        process.wait(60)
+        os.environ.pop("VLLM_CPU_NUM_OF_RESERVED_CPU", None)
+        if saved is not None:
+            os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] = saved
+
+
+def main() -> None:
+    print(f"CPU bf16 flags: {sorted(cpu_flags() & {'avx512_bf16', 'amx_bf16'}) or 'none'}; "
+          f"auto picks {llm_dtype('auto')}")
+    results: dict[str, tuple[float, float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, (dtype, reserved) in CONFIGS.items():
+            results[name] = measure(dtype, reserved, Path(tmp) / "vllm.log")
+            print(f"{name:28} prefill {results[name][0]:6.2f} s   decode {results[name][1]:5.1f} tok/s", flush=True)
+    base_prefill, base_decode = results["bf16, 1 core kept (former)"]
+    for name, (prefill, decode) in results.items():
+        print(f"{name:28} prefill speed-up {base_prefill / prefill:4.2f}x   "
+              f"decode speed-up {decode / base_decode:4.2f}x")
+
+
+if __name__ == "__main__":
+    main()
