@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import click
@@ -14,7 +15,8 @@ from rich.table import Table
 
 from ingest import service
 from ingest.pipeline import Plan, Report
-from rag.config import load_settings
+from ingest.reembed import reembed as reembed_collection
+from rag.config import Settings, load_settings
 from rag.errors import RagError
 
 
@@ -77,15 +79,25 @@ def _plan_json(plan: Plan) -> dict[str, object]:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path))
 @click.option("--dry-run", is_flag=True, help="Print what would change; change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary as the last line of stdout.")
 @click.option("--no-prune", is_flag=True, help="Keep documents whose files are gone from the folder.")
-def main(paths: tuple[Path, ...], dry_run: bool, as_json: bool, no_prune: bool) -> None:
+@click.option("--reembed", is_flag=True, help="Rebuild the collection with RAG_EMBED_MODEL beside the current one and "
+              "switch when complete (then sync PATHS, if given).")
+def main(paths: tuple[Path, ...], dry_run: bool, as_json: bool, no_prune: bool, reembed: bool) -> None:
     """Ingest PDF, Markdown, TXT, HTML and DOCX files under PATHS into the vector store."""
+    if not paths and not reembed:
+        raise click.UsageError("give the folders or files to ingest (or --reembed)")
     console = Console(stderr=as_json)
     try:
         settings = load_settings()
+        if reembed:
+            if dry_run:
+                raise click.UsageError("--reembed does not combine with --dry-run")
+            _run_reembed(settings, console, as_json and not paths)
+            if not paths:
+                return
         if dry_run:
             _print_plan(service.dry_run(paths, settings, prune=not no_prune), console, as_json)
             return
@@ -97,6 +109,21 @@ def main(paths: tuple[Path, ...], dry_run: bool, as_json: bool, no_prune: bool) 
         sys.exit(2)
     _print_report(report, console, as_json)
     sys.exit(1 if report.failed else 0)
+
+
+def _run_reembed(settings: Settings, console: Console, as_json: bool) -> None:
+    bars = RichProgress(TextColumn("{task.description:>7}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=Console(stderr=True))
+    task = bars.add_task("chunks", total=None)
+    with bars:
+        done = reembed_collection(settings, on_chunks=lambda n, total: bars.update(task, completed=n, total=total))
+    console.print(f"Re-embedded {done.chunks} chunks of {done.documents} documents from {done.source!r} "
+                  f"({done.source_model}) into {done.generation!r} ({settings.embed_model}); processes started "
+                  f"with RAG_EMBED_MODEL={settings.embed_model} now use it. {done.kept!r} is kept for servers still "
+                  "running with the old model (restart them) until the next re-embed."
+                  + (f" Dropped: {', '.join(done.dropped)}." if done.dropped else ""), highlight=False)
+    if as_json:
+        print(json.dumps(asdict(done), ensure_ascii=False))
 
 
 def _print_plan(plan: Plan, console: Console, as_json: bool) -> None:

@@ -100,6 +100,11 @@ class Manifest:
         with self._lock:
             self._db.execute("DELETE FROM documents WHERE scope = ? AND doc_id = ?", (self.scope, doc_id))
 
+    def clear(self) -> None:
+        """Forget every file of this scope (its collection was dropped)."""
+        with self._lock:
+            self._db.execute("DELETE FROM documents WHERE scope = ?", (self.scope,))
+
     def __iter__(self) -> Iterator[Entry]:
         return iter(self.entries().values())
 

@@ -14,12 +14,12 @@ from ingest.runner import remove_document, run_sync, warm_parsers
 from rag.config import Settings
 from rag.embedder import Embedder
 from rag.index import Index
-from rag.wiring import build_embedder, build_store, resolve_embed_model
+from rag.wiring import build_embedder, build_store, collection_name, resolve_embed_model
 
 
-def open_manifest(settings: Settings) -> Manifest:
-    """The manifest of the configured store and collection."""
-    scope = f"{settings.chroma_url or 'embedded'}|{settings.collection}"
+def open_manifest(settings: Settings, collection: str | None = None) -> Manifest:
+    """The manifest of the configured store and collection (or of the given Chroma collection)."""
+    scope = f"{settings.chroma_url or 'embedded'}|{collection or collection_name(settings)}"
     return Manifest(settings.index_dir / "manifest.sqlite3", scope)
 
 
@@ -44,11 +44,19 @@ def chunk_spec(settings: Settings, embedder: Embedder) -> ChunkSpec:
 def sync(paths: Sequence[Path], settings: Settings, *, prune: bool = True, progress: Progress | None = None,
          embedder: Embedder | None = None, store: Index | None = None) -> tuple[Plan, Report]:
     """Plan and run a sync of paths; the embedder is loaded only when some file needs embedding."""
-    with ingest_lock(settings), open_manifest(settings) as manifest:
+    with ingest_lock(settings):
+        # A server passes the store it opened at start: its collection, even if a re-embed registered a newer one.
+        collection = store.name if store else collection_name(settings)
+        return _sync(paths, settings, collection, prune, progress, embedder, store)
+
+
+def _sync(paths: Sequence[Path], settings: Settings, collection: str, prune: bool, progress: Progress | None,
+          embedder: Embedder | None, store: Index | None) -> tuple[Plan, Report]:
+    with open_manifest(settings, collection) as manifest:
         plan = plan_sync(paths, manifest, settings.max_file_bytes, prune=prune)
         if plan.tasks:
             warm_parsers()  # the parser server starts while the embedder loads
-        store = store or build_store(settings)
+        store = store or build_store(settings, collection=collection)
         if plan.tasks and embedder is None:
             embedder = build_embedder(settings)
         spec = chunk_spec(settings, embedder) if embedder else ChunkSpec("", 0, 0, 0)
@@ -72,7 +80,7 @@ def list_documents(settings: Settings) -> list[Entry]:
 
 def delete_document(doc_id: str, settings: Settings, store: Index) -> Entry | None:
     """Remove one document's chunks and its manifest entry; None when the id is unknown."""
-    with ingest_lock(settings), open_manifest(settings) as manifest:
+    with ingest_lock(settings), open_manifest(settings, store.name) as manifest:
         entry = manifest.entries().get(doc_id)
         if entry is not None:
             remove_document(store, manifest, entry)

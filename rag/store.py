@@ -6,6 +6,7 @@ the API), never as a bare driver error. Searches take a `where` filter built by 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -59,9 +60,25 @@ class ChromaStore:
             # Vectors from two models live in different spaces: searching across them returns noise.
             raise ConfigError(
                 f"collection {name!r} was built with embedder {stored!r}, but RAG_EMBED_MODEL is "
-                f"{embed_model!r}; use another RAG_COLLECTION or re-ingest into a fresh one"
+                f"{embed_model!r}: run `rag-ingest --reembed` to rebuild it with {embed_model!r} (search keeps "
+                f"working on the old one until it is done), or set RAG_EMBED_MODEL={stored} to keep it"
             )
         return collection
+
+    @staticmethod
+    def stored_model(client: ClientAPI, name: str) -> str | None:
+        """The embedder a collection was built with; None when there is no such collection."""
+        try:
+            collection = client.get_collection(name, embedding_function=None)
+        except Exception:  # chromadb raises NotFoundError or ValueError across versions
+            return None
+        return str((collection.metadata or {}).get("embed_model", "")) or None
+
+    @staticmethod
+    def drop(client: ClientAPI, name: str) -> None:
+        """Delete a collection if it exists."""
+        with contextlib.suppress(Exception):  # absent already, or unreachable: the next re-embed drops leftovers
+            client.delete_collection(name)
 
     def heartbeat(self) -> None:
         """Raise StoreUnavailable unless the store answers."""
@@ -125,6 +142,22 @@ class ChromaStore:
         docs, metas = found["documents"] or [], found["metadatas"] or []
         hits = [_hit(i, d, m, 1.0 - float(s)) for i, d, m, s in zip(found["ids"], docs, metas, similarity, strict=True)]
         return [hit for hit in hits if admits is None or admits(hit.access)]
+
+    def rows(self, ids: Sequence[str]) -> tuple[list[str], list[str], list[dict[str, Any]]]:
+        """Stored (ids, texts, metadata) as they are, to copy into another collection."""
+        with _chroma("read chunks"):
+            found = self._collection.get(ids=list(ids), include=["documents", "metadatas"])
+        metas = [dict(meta or {}) for meta in found["metadatas"] or []]
+        return list(found["ids"]), [text or "" for text in found["documents"] or []], metas
+
+    def put_rows(self, ids: Sequence[str], vectors: Vectors, texts: Sequence[str],
+                 metas: Sequence[dict[str, Any]]) -> None:
+        """Store rows read by `rows` with new vectors (a re-embed)."""
+        for start in range(0, len(ids), self._max_batch):
+            end = start + self._max_batch
+            with _chroma("store chunks"):
+                self._collection.upsert(ids=list(ids[start:end]), embeddings=vectors[start:end],
+                                        documents=list(texts[start:end]), metadatas=list(metas[start:end]))
 
     def chunks(self, ids: Sequence[str]) -> list[Chunk]:
         """Stored chunks by id, with text, document and access (to rebuild the keyword index from)."""

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from rag.answer import QueryEngine
+from rag.collections import CollectionRegistry
 from rag.config import BUNDLED_EMBED_MODEL, Settings
 from rag.embedder import Embedder
 from rag.errors import ConfigError, StoreUnavailable
@@ -107,11 +108,22 @@ def build_chroma_client(settings: Settings) -> ClientAPI:
         raise StoreUnavailable(f"cannot reach the Chroma server at {settings.chroma_url}: {exc}") from exc
 
 
-def build_store(settings: Settings, client: ClientAPI | None = None) -> Index:
-    """The configured collection, opened on the given or a freshly built Chroma client, with its keyword index."""
-    keyword = KeywordIndex(settings.index_dir / "keyword" / f"{settings.collection}.sqlite3")
-    return Index(ChromaStore(client or build_chroma_client(settings), settings.collection, settings.embed_model),
-                 keyword)
+def collection_name(settings: Settings) -> str:
+    """The Chroma collection serving RAG_COLLECTION for RAG_EMBED_MODEL (another one after a re-embed)."""
+    return CollectionRegistry(settings.index_dir).resolve(settings.collection, settings.embed_model)
+
+
+def keyword_path(settings: Settings, collection: str) -> Path:
+    """The keyword index file beside a Chroma collection."""
+    return settings.index_dir / "keyword" / f"{collection}.sqlite3"
+
+
+def build_store(settings: Settings, client: ClientAPI | None = None, collection: str | None = None) -> Index:
+    """The configured (or the given) collection, opened on the given or a freshly built Chroma client, with its
+    keyword index."""
+    name = collection or collection_name(settings)
+    return Index(ChromaStore(client or build_chroma_client(settings), name, settings.embed_model),
+                 KeywordIndex(keyword_path(settings, name)))
 
 
 def build_llm(settings: Settings) -> LLM:

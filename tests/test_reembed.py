@@ -1,0 +1,126 @@
+"""`rag-ingest --reembed`: a model change builds a new collection beside the old one and switches only when complete."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+
+from ingest import service
+from ingest.reembed import reembed
+from rag.access import LOCAL_OPERATOR
+from rag.collections import CollectionRegistry
+from rag.config import Settings
+from rag.embedder import Embedder, Vectors
+from rag.errors import ConfigError
+from rag.wiring import build_chroma_client, build_retriever, build_store, collection_name, resolve_embed_model
+from tests.conftest import CountingEmbedder
+from tests.test_cli import BIN
+
+DOCS = {"printer.md": "# Printer\nTo replace the toner, open the front door and pull the cartridge out.",
+        "vpn.md": "# VPN\nThe VPN client needs the company certificate installed before the first connection."}
+
+
+class FailingEmbedder(CountingEmbedder):
+    """Fails on its second batch, as a killed or crashed re-embed would stop half-way."""
+
+    def embed_documents(self, texts: list[str]) -> Vectors:  # type: ignore[override]
+        if self.embedded:
+            raise RuntimeError("embedder crashed")
+        return super().embed_documents(texts)
+
+
+@pytest.fixture
+def ingested(settings: Settings, docs: Path, write: Callable[[str, str], Path], real_embedder: Embedder) -> Settings:
+    """Settings of a collection holding DOCS, and settings naming another model (the same weights by their path)."""
+    for name, text in DOCS.items():
+        write(name, text)
+    service.sync([docs], settings, embedder=real_embedder)
+    return settings.model_copy(update={"embed_model": resolve_embed_model(settings.embed_model)})
+
+
+def sources(settings: Settings) -> list[str]:
+    return [entry.source for entry in service.list_documents(settings)]
+
+
+def test_a_new_model_is_refused_until_reembedded(ingested: Settings, settings: Settings) -> None:
+    with pytest.raises(ConfigError, match=r"rag-ingest --reembed"):
+        build_store(ingested)
+    assert build_store(settings).count() > 0  # the refusal changed nothing
+
+
+def test_reembed_copies_every_chunk_and_switches_when_complete(ingested: Settings, settings: Settings,
+                                                               real_embedder: Embedder) -> None:
+    counting = CountingEmbedder(real_embedder)
+    chunks = build_store(settings).count()
+    done = reembed(ingested, embedder=counting)
+    assert (done.chunks, done.documents, counting.embedded) == (chunks, 2, chunks)
+    assert (done.source, done.kept) == (settings.collection, settings.collection)
+    assert done.source_model == settings.embed_model
+    assert collection_name(ingested) == done.generation != collection_name(settings) == settings.collection
+    new, old = build_store(ingested), build_store(settings)
+    assert new.all_ids() == old.all_ids() and new.keyword is not None and new.keyword.ids() == old.all_ids()
+    assert sources(ingested) == sources(settings) == ["printer.md", "vpn.md"]
+    hits = build_retriever(ingested, real_embedder).search("How do I change the toner?", 1, LOCAL_OPERATOR)
+    assert hits[0].source == "printer.md"
+
+
+def test_a_failed_reembed_leaves_the_old_collection(ingested: Settings, settings: Settings, real_embedder: Embedder,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("ingest.reembed.PAGE", 1)
+    with pytest.raises(RuntimeError, match="embedder crashed"):
+        reembed(ingested, embedder=FailingEmbedder(real_embedder))
+    assert collection_name(ingested) == settings.collection
+    assert _generations(settings) == []  # the half-built one was dropped
+    with pytest.raises(ConfigError, match=r"--reembed"):
+        build_store(ingested)
+
+
+def test_a_killed_reembeds_leftover_is_dropped_by_the_next(ingested: Settings, settings: Settings,
+                                                          real_embedder: Embedder) -> None:
+    leftover = CollectionRegistry(settings.index_dir).new_name(settings.collection, ingested.embed_model)
+    build_chroma_client(settings).get_or_create_collection(leftover)  # as a SIGKILLed run leaves it
+    done = reembed(ingested, embedder=real_embedder)
+    assert _generations(settings) == [done.generation]
+
+
+def test_same_model_reembeds_retire_then_drop_the_replaced_generation(ingested: Settings, settings: Settings,
+                                                                      real_embedder: Embedder) -> None:
+    first = reembed(ingested, embedder=real_embedder)
+    second = reembed(ingested, embedder=real_embedder)
+    assert (second.source, second.kept, second.dropped) == (first.generation, first.generation, ())
+    third = reembed(ingested, embedder=real_embedder)
+    assert third.dropped == (first.generation,)
+    assert _generations(settings) == sorted([second.generation, third.generation])
+    assert build_store(settings).count() > 0  # the old model's collection is never dropped by a model change
+    assert sources(settings) == sources(ingested)
+
+
+def test_nothing_to_reembed_is_a_clear_error(settings: Settings) -> None:
+    with pytest.raises(ConfigError, match="nothing to re-embed"):
+        reembed(settings.model_copy(update={"embed_model": "other"}))
+
+
+def _generations(settings: Settings) -> list[str]:
+    names: Sequence[str] = [c.name for c in build_chroma_client(settings).list_collections()]
+    return sorted(name for name in names if name.startswith(f"{settings.collection}--"))
+
+
+def test_rag_ingest_reembed_then_syncs_the_given_folder(ingested: Settings, docs: Path, cli_env: dict[str, str],
+                                                        write: Callable[[str, str], Path]) -> None:
+    write("badge.md", "# Badges\nLost badges are replaced at the front desk on the ground floor.")
+    env = cli_env | {"RAG_EMBED_MODEL": ingested.embed_model}
+    done = _run(["rag-ingest", "--reembed", str(docs), "--json"], env)
+    assert done.returncode == 0, done.stderr
+    assert "Re-embedded" in done.stderr and json.loads(done.stdout.splitlines()[-1])["added"] == 1
+    assert sources(ingested) == ["badge.md", "printer.md", "vpn.md"]
+    refused = _run(["rag-ingest", str(docs)], cli_env | {"RAG_EMBED_MODEL": "other/model"})
+    assert refused.returncode == 2 and "--reembed" in refused.stderr
+
+
+def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN / args[0]), *args[1:]], env=env, capture_output=True, text=True, timeout=300,
+                          check=False)
