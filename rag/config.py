@@ -15,6 +15,7 @@ from rag.access import AccessPolicy
 from rag.errors import ConfigError
 
 BUNDLED_EMBED_MODEL = "bundled:all-MiniLM-L6-v2"
+BUNDLED_E5_MODEL = "bundled:multilingual-e5-small"
 # Host names that always mean this machine: trusted by the served app whatever RAG_TRUSTED_HOSTS says.
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 

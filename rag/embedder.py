@@ -24,9 +24,16 @@ class Embedder:
 
     @property
     def max_tokens(self) -> int:
-        """Tokens of text one input may hold: the model's max_seq_length minus its special tokens."""
-        special = len(self._model.tokenizer("", add_special_tokens=True)["input_ids"])
-        return int(self._model.max_seq_length or 512) - special
+        """Tokens of text one input may hold: the model's max_seq_length minus its special tokens and the prompt
+        put before every passage (e5's "passage: ")."""
+        prompt = self._passage_prompt()
+        overhead = len(self._model.tokenizer(prompt, add_special_tokens=True)["input_ids"])
+        return int(self._model.max_seq_length or 512) - overhead
+
+    def _passage_prompt(self) -> str:
+        # The names encode_document tries, in its order.
+        prompts = self._model.prompts or {}
+        return next((prompts[name] or "" for name in ("document", "passage", "corpus") if name in prompts), "")
 
     @property
     def dimension(self) -> int:
@@ -36,15 +43,15 @@ class Embedder:
         return int(dim)
 
     def embed_documents(self, texts: Sequence[str]) -> Vectors:
-        """Embed many texts in batches; rows are L2-normalized."""
+        """Embed many passages in batches, with the model's passage prompt if it has one; rows are L2-normalized."""
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        vectors = self._model.encode(
+        vectors = self._model.encode_document(
             list(texts), batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True
         )
         return cast(Vectors, np.asarray(vectors, dtype=np.float32))
 
     def embed_query(self, text: str) -> Vectors:
-        """Embed one query; a 1-D normalized vector."""
-        vector: Vectors = self.embed_documents([text])[0]
-        return vector
+        """Embed one question, with the model's query prompt if it has one; a 1-D normalized vector."""
+        vector = self._model.encode_query([text], normalize_embeddings=True, convert_to_numpy=True)
+        return cast(Vectors, np.asarray(vector, dtype=np.float32)[0])

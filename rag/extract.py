@@ -42,6 +42,10 @@ class Encoder(Protocol):
         """Normalized vectors, one row per text."""
         ...
 
+    def embed_query(self, text: str) -> Vectors:
+        """A normalized vector for a question (models like e5 embed questions and passages differently)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class Quote:
@@ -139,9 +143,9 @@ def _dense_scores(question: str, candidates: Sequence[_Candidate], encoder: Enco
         return scores
     best = sorted(range(len(candidates)), key=lambda i: candidates[i].prior * keyword[i], reverse=True)
     best = best[:DENSE_CANDIDATES]
-    vectors = encoder.embed_documents([question, *(candidates[i].text for i in best)])
-    for i, vector in zip(best, vectors[1:], strict=True):
-        scores[i] = float(vector @ vectors[0])
+    asked = encoder.embed_query(question)
+    for i, vector in zip(best, encoder.embed_documents([candidates[i].text for i in best]), strict=True):
+        scores[i] = float(vector @ asked)
     return scores
 
 

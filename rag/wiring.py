@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 from rag.answer import QueryEngine
 from rag.collections import CollectionRegistry
-from rag.config import BUNDLED_EMBED_MODEL, Settings
+from rag.config import BUNDLED_E5_MODEL, BUNDLED_EMBED_MODEL, Settings
 from rag.embedder import Embedder
 from rag.errors import ConfigError, StoreUnavailable
 from rag.feedback import FeedbackStore
@@ -34,8 +34,18 @@ def prefer_passive_threads() -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
+def model_cache_dir() -> Path:
+    """Where bundled models converted on first use are kept (XDG cache, like the Hugging Face cache)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rag" / "models"
+
+
 def resolve_embed_model(name: str) -> str:
-    """A loadable model path or id: the bundled MiniLM resolves to its folder inside site-packages."""
+    """A loadable model path or id: the bundled MiniLM resolves to its folder inside site-packages, the bundled
+    multilingual e5 to its sentence-transformers conversion (made once, on first use or at set-up)."""
+    if name == BUNDLED_E5_MODEL:
+        from rag.bundled_e5 import ensure_bundled_e5
+
+        return str(ensure_bundled_e5(model_cache_dir()))
     if name != BUNDLED_EMBED_MODEL:
         return name
     try:
