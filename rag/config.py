@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
@@ -16,6 +17,25 @@ from rag.errors import ConfigError
 
 BUNDLED_EMBED_MODEL = "bundled:all-MiniLM-L6-v2"
 BUNDLED_E5_MODEL = "bundled:multilingual-e5-small"
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievalTuning:
+    """Hybrid retrieval's refusal thresholds and dense shares, for questions without Chinese and all-Chinese ones."""
+
+    refusal_threshold: float
+    refusal_threshold_cjk: float
+    dense_weight: float
+    dense_weight_cjk: float
+
+
+# Measured with `rag eval` on the dev sets (README): cosine scales differ between models (e5's unrelated texts
+# score ~0.7), so thresholds and weights belong to the model. Other models get MiniLM's: recalibrate them.
+TUNING = {
+    BUNDLED_EMBED_MODEL: RetrievalTuning(0.27, 0.16, 0.8, 0.1),
+    BUNDLED_E5_MODEL: RetrievalTuning(0.27, 0.16, 0.8, 0.1),
+}
+
 # Host names that always mean this machine: trusted by the served app whatever RAG_TRUSTED_HOSTS says.
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 
@@ -74,11 +94,12 @@ class Settings(BaseSettings):
     max_file_mb: float = Field(default=50.0, gt=0)
     parse_timeout_s: float = Field(default=120.0, gt=0)
     top_k: int = Field(default=3, ge=1, le=50)
-    refusal_threshold: float = Field(default=0.27, ge=-1.0, le=1.0)
-    refusal_threshold_cjk: float = Field(default=0.16, ge=-1.0, le=1.0)
+    # None: the values measured for the embedder (RetrievalTuning, TUNING).
+    refusal_threshold: float | None = Field(default=None, ge=-1.0, le=1.0)
+    refusal_threshold_cjk: float | None = Field(default=None, ge=-1.0, le=1.0)
     retrieval_mode: Literal["hybrid", "dense", "keyword"] = "hybrid"
-    hybrid_dense_weight: float = Field(default=0.8, ge=0.0, le=1.0)
-    hybrid_dense_weight_cjk: float = Field(default=0.1, ge=0.0, le=1.0)
+    hybrid_dense_weight: float | None = Field(default=None, ge=0.0, le=1.0)
+    hybrid_dense_weight_cjk: float | None = Field(default=None, ge=0.0, le=1.0)
     rerank_model: str = ""
 
     escalate_below: float = Field(default=0.6, ge=0.0, le=1.0)
@@ -165,10 +186,22 @@ class Settings(BaseSettings):
     def _strip_url(cls, value: str) -> str:
         return value.strip().rstrip("/")
 
-    @field_validator("llm_model_path", "docs_dir", mode="before")
+    @field_validator("llm_model_path", "docs_dir", "refusal_threshold", "refusal_threshold_cjk", "hybrid_dense_weight",
+                     "hybrid_dense_weight_cjk", mode="before")
     @classmethod
     def _empty_is_none(cls, value: object) -> object:
         return None if value == "" else value
+
+    @property
+    def tuning(self) -> RetrievalTuning:
+        """Refusal thresholds and fusion weights: those set, else the ones measured for RAG_EMBED_MODEL."""
+        measured = TUNING.get(self.embed_model, TUNING[BUNDLED_EMBED_MODEL])
+        return RetrievalTuning(
+            measured.refusal_threshold if self.refusal_threshold is None else self.refusal_threshold,
+            measured.refusal_threshold_cjk if self.refusal_threshold_cjk is None else self.refusal_threshold_cjk,
+            measured.dense_weight if self.hybrid_dense_weight is None else self.hybrid_dense_weight,
+            measured.dense_weight_cjk if self.hybrid_dense_weight_cjk is None else self.hybrid_dense_weight_cjk,
+        )
 
     @property
     def model_languages(self) -> frozenset[str]:

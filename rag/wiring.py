@@ -163,7 +163,7 @@ def build_reranker(settings: Settings) -> CrossEncoderReranker | None:
 def build_retriever(settings: Settings, embedder: Embedder | None = None, store: Index | None = None) -> Retriever:
     """Dense, keyword or hybrid retrieval (RAG_RETRIEVAL_MODE) with the fusion weights, reranker and access policy
     from settings."""
-    fusion = Fusion(settings.hybrid_dense_weight, settings.hybrid_dense_weight_cjk)
+    fusion = Fusion(settings.tuning.dense_weight, settings.tuning.dense_weight_cjk)
     return Retriever(embedder or build_embedder(settings), store or build_store(settings), settings.retrieval_mode,
                      fusion, build_reranker(settings), settings.access_policy)
 
@@ -173,8 +173,9 @@ def build_engine(settings: Settings, embedder: Embedder | None = None, store: In
     """The query path wired from settings (parts may be passed in, e.g. shared by an app)."""
     embedder = embedder or build_embedder(settings)
     retriever = build_retriever(settings, embedder, store)
-    return QueryEngine(retriever, llm or build_llm(settings), settings.top_k, settings.refusal_threshold,
-                       settings.refusal_threshold_cjk, settings.answer_mode, embedder, settings.max_answer_tokens,
+    tuning = settings.tuning
+    return QueryEngine(retriever, llm or build_llm(settings), settings.top_k, tuning.refusal_threshold,
+                       tuning.refusal_threshold_cjk, settings.answer_mode, embedder, settings.max_answer_tokens,
                        settings.model_languages, LinkPolicy.parse(settings.link_allowlist))
 
 

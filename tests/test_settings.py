@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from rag.config import Settings, load_settings
+from rag.config import BUNDLED_E5_MODEL, BUNDLED_EMBED_MODEL, TUNING, Settings, load_settings
 from rag.errors import ConfigError
 from rag.wiring import build_store, resolve_embed_model
 from tests.conftest import REPO, TRIPWIRE_LLM
@@ -44,3 +44,15 @@ def test_collection_built_with_another_embedder_is_refused(settings: Settings) -
 def test_unit_tests_cannot_reach_a_real_llm_by_accident() -> None:
     assert os.environ["RAG_LLM_BASE_URL"] == TRIPWIRE_LLM
     assert Settings(_env_file=None).llm_base_url == TRIPWIRE_LLM  # type: ignore[call-arg]
+
+
+def test_retrieval_tuning_follows_the_embedder_unless_set() -> None:
+    minilm = Settings(_env_file=None, embed_model=BUNDLED_EMBED_MODEL)  # type: ignore[call-arg]
+    e5 = Settings(_env_file=None, embed_model=BUNDLED_E5_MODEL)  # type: ignore[call-arg]
+    assert minilm.tuning == TUNING[BUNDLED_EMBED_MODEL] and e5.tuning == TUNING[BUNDLED_E5_MODEL]
+    other = Settings(_env_file=None, embed_model="some/other-model")  # type: ignore[call-arg]
+    assert other.tuning == TUNING[BUNDLED_EMBED_MODEL]
+    mine = Settings(_env_file=None, embed_model=BUNDLED_E5_MODEL, refusal_threshold="0.5",  # type: ignore[call-arg]
+                    hybrid_dense_weight_cjk="")
+    assert mine.tuning.refusal_threshold == 0.5
+    assert mine.tuning.dense_weight_cjk == TUNING[BUNDLED_E5_MODEL].dense_weight_cjk

@@ -157,7 +157,7 @@ def eval_command(cases_file: Path, k: int, mode: str | None, answers: bool, as_j
         report = evaluate(cases, lambda question, k: retriever.search(question, k, LOCAL_OPERATOR),
                           engine.threshold_for)
         body = report.as_json() | {"mode": retriever.mode, "k": k, "thresholds": {
-            "en": settings.refusal_threshold, "cjk": settings.refusal_threshold_cjk}}
+            "en": settings.tuning.refusal_threshold, "cjk": settings.tuning.refusal_threshold_cjk}}
         if answers:
             body["answers"] = _answer_checks(cases, engine)
     if as_json:
