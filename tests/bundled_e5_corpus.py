@@ -75,9 +75,13 @@ class EngineTokenizer:
         self.max_bytes = max(len(p.encode()) for p in bundle.pieces)
         self.bos, self.eos = bundle.specials["bos"], bundle.specials["eos"]
 
+    def normalize(self, text: str) -> str:
+        """The map per code point, then runs of spaces as one."""
+        return re.sub(" {2,}", " ", "".join(self.norm.get(c, c) for c in text))
+
     def encode(self, text: str) -> list[int]:
         """<s>, the content tokens, </s>: what the engine feeds the model (before windowing)."""
-        chars = re.sub(" {2,}", " ", "".join(self.norm.get(c, c) for c in text))
+        chars = self.normalize(text)
         line = ("" if chars.startswith(" ") else "\u2581") + chars.replace(" ", "\u2581")
         return [self.bos, *self._viterbi(line), self.eos]
 

