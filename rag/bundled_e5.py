@@ -269,7 +269,6 @@ def _bert_config(bundle: Bundle) -> dict[str, Any]:
         "type_vocab_size": dims["type_vocab"], "layer_norm_eps": float(np.float32(bundle.eps).item()),
         "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1, "initializer_range": 0.02,
         "pad_token_id": bundle.specials["pad"], "position_embedding_type": "absolute",
-        "torch_dtype": "float32",
     }  # fmt: skip
 
 

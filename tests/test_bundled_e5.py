@@ -27,7 +27,11 @@ from rag.charsmap import precompiled_charsmap
 from tests.bundled_e5_corpus import EngineTokenizer, corpus
 
 PREFIXES = {"query": "query: ", "passage": "passage: "}
-TEXTS = corpus(1000)
+
+
+@pytest.fixture(scope="module")
+def texts() -> list[str]:
+    return corpus(1000)
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +53,7 @@ def model(folder: Path) -> SentenceTransformer:
 
 @pytest.fixture(scope="module")
 def engine() -> E5:
-    return E5(num_threads=2)
+    return E5()  # num_threads= would set OMP_NUM_THREADS for every later test
 
 
 @pytest.fixture(scope="module")
@@ -141,20 +145,20 @@ def _check_vectors(texts: list[str], model: SentenceTransformer, engine: E5) -> 
 
 
 def test_tokens_and_vectors_match_the_package(
-    model: SentenceTransformer, reference: EngineTokenizer, engine: E5
+    texts: list[str], model: SentenceTransformer, reference: EngineTokenizer, engine: E5
 ) -> None:
-    _check_tokens(TEXTS[:50], model, reference, engine)
-    _check_vectors(TEXTS[:50], model, engine)
+    _check_tokens(texts[:50], model, reference, engine)
+    _check_vectors(texts[:50], model, engine)
 
 
 @pytest.mark.slow
 def test_tokens_match_the_package_on_1000_texts(
-    model: SentenceTransformer, reference: EngineTokenizer, engine: E5
+    texts: list[str], model: SentenceTransformer, reference: EngineTokenizer, engine: E5
 ) -> None:
-    _check_tokens(TEXTS, model, reference, engine)
+    _check_tokens(texts, model, reference, engine)
 
 
 @pytest.mark.slow
-def test_vectors_match_the_package_on_1000_texts(model: SentenceTransformer, engine: E5) -> None:
-    low, mean = _check_vectors(TEXTS, model, engine)
+def test_vectors_match_the_package_on_1000_texts(texts: list[str], model: SentenceTransformer, engine: E5) -> None:
+    low, mean = _check_vectors(texts, model, engine)
     print(f"cosine min {low:.5f} mean {mean:.5f}")
