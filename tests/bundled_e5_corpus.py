@@ -34,35 +34,42 @@ def _sentences(paragraphs: list[str]) -> list[str]:
     return [s.strip() for p in paragraphs for s in re.split(r"(?<=[.!?。！？])\s*", p) if len(s.strip()) > 1]
 
 
-def _variant(rng: random.Random, paras: list[str], sents: list[str]) -> str:
-    """One text: a paragraph, a sentence, a fragment, a mix, or a sentence with noise added."""
+def _cap(text: str) -> str:
+    """Short enough for the engine's one 512-token window (longer texts it averages over windows, where
+    sentence-transformers truncates): 480 characters with any CJK in it, else 1,300."""
+    return text[: 480 if re.search("[\u3000-\u9fff\uff00-\uffef]", text) else 1300]
+
+
+def _variant(rng: random.Random, groups: list[tuple[list[str], list[str]]]) -> str:
+    """One text: a paragraph, a sentence, a fragment, two languages, full-width, noise, or paragraphs."""
+    (paras, sents), (_, other) = rng.choice(groups), rng.choice(groups)
     kind = rng.randrange(8)
     if kind == 0:
         return rng.choice(paras)
     if kind == 1:
         return " ".join(rng.choice(sents).split()[: rng.randint(1, 4)]) or "x"
     if kind == 2:
-        return rng.choice(sents) + " " + rng.choice(sents)
+        return rng.choice(sents) + rng.choice([" ", "", "\n"]) + rng.choice(other)
     if kind == 3:
         return _full_width(rng.choice(sents))
     if kind == 4:
         words = rng.choice(sents).split(" ")
         return "".join(w + rng.choice([" ", *NOISE, rng.choice(EMOJI)]) for w in words)
     if kind == 5:
-        return "\n".join(rng.sample(paras, 3))
+        return "\n".join(rng.choice(rng.choice(groups)[0]) for _ in range(3))
     return rng.choice(sents)
 
 
 def corpus(count: int, seed: int = 15) -> list[str]:
-    """`count` mixed texts (English, Chinese, mixed, noisy), deterministic for a seed."""
-    paras = [p for source in SOURCES for path in sorted(source.iterdir()) if path.suffix in (".md", ".txt", ".html")
-             for p in _paragraphs(path)]  # fmt: skip
-    sents = _sentences(paras)
+    """`count` mixed texts (English, Chinese, both, noisy), deterministic for a seed."""
+    groups = []
+    for source in SOURCES:  # English manuals, Chinese manuals, the Python FAQ: one third each
+        paras = [p for path in sorted(source.iterdir()) if path.suffix in (".md", ".txt", ".html")
+                 for p in _paragraphs(path)]  # fmt: skip
+        groups.append((paras, _sentences(paras)))
     rng = random.Random(seed)
-    # Under 480 characters each, so every text fits the engine's one 512-token window (longer ones it
-    # averages over windows, where sentence-transformers truncates).
     fixed = ["", " ", "a<unk>b <s> c</s> <pad><mask>", "▁x ▁▁y", "ＡＢＣ１２３！", "e\u0301 Ａ\u0301 ﻻً", "🦜🦜🦜 ☃☃"]
-    return (fixed + [_variant(rng, paras, sents)[:480] for _ in range(count)])[:count]
+    return (fixed + [_cap(_variant(rng, groups)) for _ in range(count)])[:count]
 
 
 class EngineTokenizer:
