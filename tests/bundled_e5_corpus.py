@@ -36,8 +36,8 @@ def _sentences(paragraphs: list[str]) -> list[str]:
 
 def _cap(text: str) -> str:
     """Short enough for the engine's one 512-token window (longer texts it averages over windows, where
-    sentence-transformers truncates): 480 characters with any CJK in it, else 1,300."""
-    return text[: 480 if re.search("[\u3000-\u9fff\uff00-\uffef]", text) else 1300]
+    sentence-transformers truncates): 360 characters with any CJK in it, else 900."""
+    return text[: 360 if re.search("[\u3000-\u9fff\uff00-\uffef]", text) else 900]
 
 
 def _variant(rng: random.Random, groups: list[tuple[list[str], list[str]]]) -> str:
