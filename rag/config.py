@@ -33,7 +33,7 @@ class RetrievalTuning:
 # score ~0.7), so thresholds and weights belong to the model. Other models get MiniLM's: recalibrate them.
 TUNING = {
     BUNDLED_EMBED_MODEL: RetrievalTuning(0.27, 0.16, 0.8, 0.1),
-    BUNDLED_E5_MODEL: RetrievalTuning(0.27, 0.16, 0.8, 0.1),
+    BUNDLED_E5_MODEL: RetrievalTuning(0.72, 0.60, 0.9, 0.7),
 }
 
 # Host names that always mean this machine: trusted by the served app whatever RAG_TRUSTED_HOSTS says.

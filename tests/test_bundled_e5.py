@@ -157,9 +157,8 @@ def test_tokens_match_the_package_on_1000_texts(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", PREFIXES)
-def test_vectors_match_the_package_on_1000_texts(
-    texts: list[str], kind: str, model: SentenceTransformer, engine: E5
-) -> None:
-    low, mean = _check_vectors(texts, kind, model, engine)
-    print(f"{kind}: cosine min {low:.5f} mean {mean:.5f}")
+def test_vectors_match_the_package_on_1000_texts(texts: list[str], model: SentenceTransformer, engine: E5) -> None:
+    # Each text once, alternately as a question and as a passage: both prompts over all 1,000 at half the CI time.
+    for kind, part in (("query", texts[::2]), ("passage", texts[1::2])):
+        low, mean = _check_vectors(part, kind, model, engine)
+        print(f"{kind}: cosine min {low:.5f} mean {mean:.5f}")
