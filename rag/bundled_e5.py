@@ -342,4 +342,6 @@ def ensure_bundled_e5(cache_dir: Path) -> Path:
 
 
 if __name__ == "__main__":
-    print(ensure_bundled_e5(Path(sys.argv[1] if len(sys.argv) > 1 else "data/models")))
+    from rag.wiring import model_cache_dir  # the folder RAG_EMBED_MODEL=bundled:multilingual-e5-small loads from
+
+    print(ensure_bundled_e5(Path(sys.argv[1]) if len(sys.argv) > 1 else model_cache_dir()))
