@@ -54,7 +54,7 @@ def reembed(settings: Settings, embedder: Embedder | None = None,
             raise ConfigError(f"nothing to re-embed: collection {source!r} does not exist yet; run rag-ingest PATHS")
         generation = registry.new_name(settings.collection, settings.embed_model)
         try:
-            chunks, documents = _build(settings, client, source, generation, embedder, on_chunks)
+            chunks, documents = _build(settings, client, (source, source_model), generation, embedder, on_chunks)
         except BaseException:
             _drop(settings, client, generation)  # an unfinished generation never becomes visible
             raise
@@ -64,9 +64,10 @@ def reembed(settings: Settings, embedder: Embedder | None = None,
     return Reembedded(source, source_model, generation, chunks, documents, replaced.kept, replaced.dropped)
 
 
-def _build(settings: Settings, client: ClientAPI, source: str, generation: str, embedder: Embedder | None,
-           on_chunks: Callable[[int, int], None]) -> tuple[int, int]:
-    old = ChromaStore(client, source, ChromaStore.stored_model(client, source) or "")
+def _build(settings: Settings, client: ClientAPI, source_and_model: tuple[str, str], generation: str,
+           embedder: Embedder | None, on_chunks: Callable[[int, int], None]) -> tuple[int, int]:
+    source = source_and_model[0]
+    old = ChromaStore(client, *source_and_model)
     new = ChromaStore(client, generation, settings.embed_model)
     embedder = embedder or build_embedder(settings)
     ids = sorted(old.all_ids())

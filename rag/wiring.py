@@ -16,6 +16,7 @@ from rag.feedback import FeedbackStore
 from rag.index import Index
 from rag.keyword import KeywordIndex
 from rag.llm import LLM
+from rag.llm_server import BF16_FLAGS, cpu_flags
 from rag.rerank import CrossEncoderReranker
 from rag.retrieve import Fusion, Retriever
 from rag.sanitize import LinkPolicy
@@ -62,8 +63,7 @@ def embed_dtype(settings: Settings) -> str:
     if settings.embed_device.startswith("cuda"):
         return "float16"
     # AVX512-BF16 / AMX run bf16 matmuls natively: ~2.3x MiniLM throughput, cosine to fp32 ≥ 0.998.
-    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    native = settings.embed_device == "cpu" and any(f in flags for f in ("avx512_bf16", "amx_bf16"))
+    native = settings.embed_device == "cpu" and bool(cpu_flags() & BF16_FLAGS)
     return "bfloat16" if native else "float32"
 
 
