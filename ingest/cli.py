@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import ExitStack
 from dataclasses import asdict
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from ingest.pipeline import Plan, Report
 from ingest.reembed import reembed as reembed_collection
 from rag.config import Settings, load_settings
 from rag.errors import RagError
+from rag.wiring import hold_embedded_store
 
 
 class BarProgress:
@@ -90,25 +92,35 @@ def main(paths: tuple[Path, ...], dry_run: bool, as_json: bool, no_prune: bool, 
     if not paths and not reembed:
         raise click.UsageError("give the folders or files to ingest (or --reembed)")
     console = Console(stderr=as_json)
-    try:
-        settings = load_settings()
-        if reembed:
-            if dry_run:
-                raise click.UsageError("--reembed does not combine with --dry-run")
-            _run_reembed(settings, console, as_json and not paths)
-            if not paths:
-                return
+    with ExitStack() as held:
+        try:
+            settings = load_settings()
+            if not dry_run:  # a server must not open the embedded store while this process writes it
+                held.enter_context(hold_embedded_store(settings, " ".join(["rag-ingest", *map(str, paths)])))
+            report = _run(paths, settings, console, as_json, dry_run=dry_run, prune=not no_prune, reembed=reembed)
+        except RagError as exc:
+            Console(stderr=True).print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+            sys.exit(2)
+    if report is not None:
+        _print_report(report, console, as_json)
+        sys.exit(1 if report.failed else 0)
+
+
+def _run(paths: tuple[Path, ...], settings: Settings, console: Console, as_json: bool, *, dry_run: bool,
+         prune: bool, reembed: bool) -> Report | None:
+    """Re-embed, plan or sync as asked; the sync's report (None when there is nothing more to print)."""
+    if reembed:
         if dry_run:
-            _print_plan(service.dry_run(paths, settings, prune=not no_prune), console, as_json)
-            return
-        progress = BarProgress(Console(stderr=True))
-        with progress.bars:
-            _, report = service.sync(paths, settings, prune=not no_prune, progress=progress)
-    except RagError as exc:
-        Console(stderr=True).print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
-        sys.exit(2)
-    _print_report(report, console, as_json)
-    sys.exit(1 if report.failed else 0)
+            raise click.UsageError("--reembed does not combine with --dry-run")
+        _run_reembed(settings, console, as_json and not paths)
+        if not paths:
+            return None
+    if dry_run:
+        _print_plan(service.dry_run(paths, settings, prune=prune), console, as_json)
+        return None
+    progress = BarProgress(Console(stderr=True))
+    with progress.bars:
+        return service.sync(paths, settings, prune=prune, progress=progress)[1]
 
 
 def _run_reembed(settings: Settings, console: Console, as_json: bool) -> None:

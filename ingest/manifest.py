@@ -27,6 +27,9 @@ CREATE TABLE IF NOT EXISTS documents (
     PRIMARY KEY (scope, doc_id)
 )
 """
+# Documents whose chunks are being written or deleted: a row is added before the first store write and removed
+# with the manifest write that ends the change, so a crash in between leaves it for the next sync to repair.
+_PENDING = "CREATE TABLE IF NOT EXISTS pending (scope TEXT NOT NULL, doc_id TEXT NOT NULL, PRIMARY KEY (scope, doc_id))"
 # Columns added after the first release: added in place to an older manifest (NULL access: not yet labelled).
 _ADDED = {"access": "ALTER TABLE documents ADD COLUMN access TEXT",
           "sidecar_hash": "ALTER TABLE documents ADD COLUMN sidecar_hash TEXT NOT NULL DEFAULT ''"}
@@ -59,6 +62,7 @@ class Manifest:
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(_SCHEMA)
+        self._db.execute(_PENDING)
         present = {row[1] for row in self._db.execute("PRAGMA table_info(documents)")}
         for column, statement in _ADDED.items():
             if column not in present:
@@ -85,25 +89,46 @@ class Manifest:
         return {row[0]: _entry(row) for row in rows}
 
     def put(self, entry: Entry) -> None:
-        """Record (or replace) a file after its chunks were stored."""
+        """Record (or replace) a file after its chunks were stored; its change is no longer pending."""
         now = datetime.now(UTC).isoformat(timespec="seconds")
-        with self._lock:
+        with self._lock, self._db:
+            self._db.execute("BEGIN IMMEDIATE")
             self._db.execute(
                 f"INSERT OR REPLACE INTO documents (scope, {_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (self.scope, entry.doc_id, entry.root, entry.source, entry.content_hash, entry.size,
                  entry.mtime_ns, entry.title, json.dumps(list(entry.chunk_ids)), now, entry.access,
                  entry.sidecar_hash),
             )
+            self._done(entry.doc_id)
 
     def remove(self, doc_id: str) -> None:
-        """Forget a file (after its chunks were deleted)."""
-        with self._lock:
+        """Forget a file (after its chunks were deleted); its change is no longer pending."""
+        with self._lock, self._db:
+            self._db.execute("BEGIN IMMEDIATE")
             self._db.execute("DELETE FROM documents WHERE scope = ? AND doc_id = ?", (self.scope, doc_id))
+            self._done(doc_id)
+
+    def begin(self, doc_ids: list[str]) -> None:
+        """Note that these documents' chunks are about to change (before the first store write)."""
+        with self._lock, self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.executemany("INSERT OR IGNORE INTO pending VALUES (?, ?)", [(self.scope, i) for i in doc_ids])
+
+    def pending(self) -> list[str]:
+        """Documents whose change a crash interrupted (begun, never put or removed)."""
+        with self._lock:
+            rows = self._db.execute("SELECT doc_id FROM pending WHERE scope = ? ORDER BY doc_id", (self.scope,))
+            return [row[0] for row in rows]
+
+    def _done(self, doc_id: str) -> None:
+        self._db.execute("DELETE FROM pending WHERE scope = ? AND doc_id = ?", (self.scope, doc_id))
 
     def clear(self) -> None:
         """Forget every file of this scope (its collection was dropped)."""
-        with self._lock:
+        with self._lock, self._db:
+            self._db.execute("BEGIN IMMEDIATE")
             self._db.execute("DELETE FROM documents WHERE scope = ?", (self.scope,))
+            self._db.execute("DELETE FROM pending WHERE scope = ?", (self.scope,))
 
     def __iter__(self) -> Iterator[Entry]:
         return iter(self.entries().values())

@@ -46,7 +46,7 @@ def reembed(settings: Settings, embedder: Embedder | None = None,
     """Copy RAG_COLLECTION's current generation into a new one embedded with RAG_EMBED_MODEL and register it."""
     registry = CollectionRegistry(settings.index_dir)
     client = build_chroma_client(settings)
-    with ingest_lock(settings):
+    with ingest_lock(settings, "rag-ingest --reembed"):
         _drop_leftovers(settings, registry, client)
         source = registry.current(settings.collection)
         source_model = ChromaStore.stored_model(client, source)

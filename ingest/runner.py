@@ -104,8 +104,26 @@ def regroup(tasks: list[Task], store: Index, manifest: Manifest, report: Report)
 
 def remove_document(store: Index, manifest: Manifest, entry: Entry) -> None:
     """Delete a document's chunks (recorded and any strays a crash left) and forget it."""
+    manifest.begin([entry.doc_id])
     store.delete(sorted(store.ids_of_document(entry.doc_id) | set(entry.chunk_ids)))
     manifest.remove(entry.doc_id)
+
+
+def repair_pending(store: Index, manifest: Manifest) -> list[str]:
+    """Settle the documents whose change a crash interrupted (run before planning): chunks the manifest does not
+    record are deleted, and a recorded entry loses its content hash, so that the sync ingests its file again (or
+    prunes it when gone)."""
+    pending = manifest.pending()
+    entries = manifest.entries()
+    for doc_id in pending:
+        entry = entries.get(doc_id)
+        recorded = set(entry.chunk_ids) if entry else set()
+        store.delete(sorted(store.ids_of_document(doc_id) - recorded))
+        if entry is None:
+            manifest.remove(doc_id)
+        else:
+            manifest.put(replace(entry, content_hash=""))
+    return pending
 
 
 def _parse_all(tasks: list[Task], spec: ChunkSpec, timeout: float, report: Report,
@@ -209,6 +227,7 @@ class _Writer:
                     self._error = exc
 
     def _store_batch(self, batch: Batch) -> None:
+        self._manifest.begin([task.doc_id for task, _, _ in batch.docs])
         self._store.upsert(batch.chunks, batch.vectors)
         for task, doc, chunks in batch.docs:
             ids = tuple(chunk.chunk_id for chunk in chunks)

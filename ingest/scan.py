@@ -50,11 +50,22 @@ def scan_path(path: Path) -> Scan:
             dirs.clear()
             continue
         seen.add(real)
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        dirs[:] = [d for d in sorted(dirs) if not d.startswith(".") and _inside(scan, Path(current) / d, root)]
         for name in sorted(files):
-            if not name.startswith("."):
+            if not name.startswith(".") and _inside(scan, Path(current) / name, root):
                 _add(scan, Path(current) / name, root)
     return scan
+
+
+def _inside(scan: Scan, path: Path, root: Path) -> bool:
+    """Whether the path (through any symlinks) stays inside the root; a link out of it is reported and skipped,
+    so a link placed in a shared folder cannot pull in files from elsewhere on the server."""
+    real = Path(os.path.realpath(path))
+    if real.is_relative_to(root):
+        return True
+    scan.failed[_rel(path, root)] = f"skipped: a symlink to {real}, outside {root} (links are followed only " \
+                                    "inside the folder being ingested)"
+    return False
 
 
 def _add(scan: Scan, path: Path, root: Path) -> None:
@@ -86,8 +97,13 @@ def _rel(path: Path, root: Path) -> str:
 
 def content_hash(found: FoundFile) -> str:
     """SHA-256 of the file (its sidecar is hashed apart: a change there relabels chunks, it does not re-embed)."""
+    return file_hash(found.path)
+
+
+def file_hash(path: Path) -> str:
+    """SHA-256 of a file's bytes, read a MiB at a time."""
     digest = hashlib.sha256()
-    with found.path.open("rb") as handle:
+    with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from ingest import files
 from ingest.manifest import Entry, Manifest
 from ingest.parse import ChunkSpec
 from ingest.pipeline import Plan, Progress, Report, plan_sync
-from ingest.runner import remove_document, run_sync, warm_parsers
+from ingest.runner import remove_document, repair_pending, run_sync, warm_parsers
+from rag import filelock
 from rag.config import Settings
 from rag.embedder import Embedder
+from rag.errors import IngestBusy
 from rag.index import Index
 from rag.wiring import build_embedder, build_store, collection_name, resolve_embed_model
 
@@ -24,15 +27,17 @@ def open_manifest(settings: Settings, collection: str | None = None) -> Manifest
 
 
 @contextlib.contextmanager
-def ingest_lock(settings: Settings) -> Iterator[None]:
-    """One writer at a time per data dir: embedded Chroma allows a single writer process."""
-    settings.index_dir.mkdir(parents=True, exist_ok=True)
-    with (settings.index_dir / "ingest.lock").open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
+def ingest_lock(settings: Settings, what: str, deadline: float | None = None) -> Iterator[None]:
+    """One writer at a time per data dir (manifest, keyword index, embedded Chroma): wait until `deadline`
+    (time.monotonic(); default RAG_INGEST_WAIT_S from now), then IngestBusy saying what holds it and since when."""
+    deadline = time.monotonic() + settings.ingest_wait_s if deadline is None else deadline
+    path = settings.index_dir / "ingest.lock"
+    try:
+        with filelock.exclusive(path, what, deadline):
             yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    except filelock.Taken as taken:
+        raise IngestBusy(f"another ingest is running: {taken.holder.describe()}; try again when it ends",
+                         running=taken.holder.as_json()) from None
 
 
 def chunk_spec(settings: Settings, embedder: Embedder) -> ChunkSpec:
@@ -42,17 +47,19 @@ def chunk_spec(settings: Settings, embedder: Embedder) -> ChunkSpec:
 
 
 def sync(paths: Sequence[Path], settings: Settings, *, prune: bool = True, progress: Progress | None = None,
-         embedder: Embedder | None = None, store: Index | None = None) -> tuple[Plan, Report]:
-    """Plan and run a sync of paths; the embedder is loaded only when some file needs embedding."""
-    with ingest_lock(settings):
-        # A server passes the store it opened at start: its collection, even if a re-embed registered a newer one.
-        collection = store.name if store else collection_name(settings)
-        return _sync(paths, settings, collection, prune, progress, embedder, store)
-
-
-def _sync(paths: Sequence[Path], settings: Settings, collection: str, prune: bool, progress: Progress | None,
-          embedder: Embedder | None, store: Index | None) -> tuple[Plan, Report]:
+         embedder: Embedder | None = None, store: Index | None = None, locked: bool = False,
+         what: str = "rag-ingest") -> tuple[Plan, Report]:
+    """Plan and run a sync of paths under the ingest lock (`locked`: the caller holds it already); the embedder is
+    loaded only when some file needs embedding."""
+    if not locked:
+        with ingest_lock(settings, what):
+            return sync(paths, settings, prune=prune, progress=progress, embedder=embedder, store=store, locked=True)
+    # A server passes the store it opened at start: its collection, even if a re-embed registered a newer one.
+    collection = store.name if store else collection_name(settings)
     with open_manifest(settings, collection) as manifest:
+        if manifest.pending():
+            store = store or build_store(settings, collection=collection)
+            repair_pending(store, manifest)  # before planning: a repaired entry is planned again
         plan = plan_sync(paths, manifest, settings.max_file_bytes, prune=prune)
         if plan.tasks:
             warm_parsers()  # the parser server starts while the embedder loads
@@ -64,6 +71,24 @@ def _sync(paths: Sequence[Path], settings: Settings, collection: str, prune: boo
                           settings.ingest_batch_chunks)
         store.sync_keyword()  # repairs what a crash (or an index older than keyword search) left out
     return plan, report
+
+
+def settle_leftovers(settings: Settings, collection: str | None = None) -> list[str]:
+    """Settle the hidden files that crashed uploads and deletes left in the documents folder (call with the ingest
+    lock held): the names settled."""
+    folder = settings.documents_dir.resolve()
+    with open_manifest(settings, collection) as manifest:
+        committed = {entry.source: entry.content_hash for entry in manifest.entries(root=folder.as_posix()).values()}
+    return files.clean_leftovers(folder, committed)
+
+
+def settle_when_idle(settings: Settings, collection: str | None = None) -> list[str]:
+    """At a server's start: settle the leftovers unless an ingest is running (then the next API change does)."""
+    try:
+        with ingest_lock(settings, "clean-up of leftovers at start", deadline=time.monotonic()):
+            return settle_leftovers(settings, collection)
+    except IngestBusy:
+        return []
 
 
 def dry_run(paths: Sequence[Path], settings: Settings, *, prune: bool = True) -> Plan:
@@ -78,9 +103,18 @@ def list_documents(settings: Settings) -> list[Entry]:
         return sorted(manifest, key=lambda entry: (entry.root, entry.source))
 
 
-def delete_document(doc_id: str, settings: Settings, store: Index) -> Entry | None:
+def find_document(doc_id: str, settings: Settings, collection: str | None = None) -> Entry | None:
+    """One ingested file's entry by id; None when unknown."""
+    with open_manifest(settings, collection) as manifest:
+        return manifest.entries().get(doc_id)
+
+
+def delete_document(doc_id: str, settings: Settings, store: Index, locked: bool = False) -> Entry | None:
     """Remove one document's chunks and its manifest entry; None when the id is unknown."""
-    with ingest_lock(settings), open_manifest(settings, store.name) as manifest:
+    if not locked:
+        with ingest_lock(settings, f"delete of document {doc_id}"):
+            return delete_document(doc_id, settings, store, locked=True)
+    with open_manifest(settings, store.name) as manifest:
         entry = manifest.entries().get(doc_id)
         if entry is not None:
             remove_document(store, manifest, entry)

@@ -41,3 +41,21 @@ class Conflict(RagError):
 
 class InvalidDocument(RagError):
     """A file given to ingest cannot be read as a document (nothing stored changed)."""
+
+
+class IngestBusy(RagError):
+    """Another ingest (CLI run, upload, sync or delete) holds the index's write lock: try again when it ends."""
+
+    retry_after_s = 5
+
+    def __init__(self, message: str, running: dict[str, object] | None = None) -> None:
+        super().__init__(message)
+        self.running = running or {}  # what holds the lock: {"what", "pid", "since"}
+
+
+class StoreInUse(RagError):
+    """The embedded store is open in another process (a running server): one process at a time may use it."""
+
+
+class ReadOnlyFolder(RagError):
+    """A document's file cannot be changed in its folder (e.g. a read-only mount); nothing was changed."""

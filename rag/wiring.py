@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from rag import filelock
 from rag.answer import QueryEngine
 from rag.collections import CollectionRegistry
 from rag.config import BUNDLED_E5_MODEL, BUNDLED_EMBED_MODEL, Settings
 from rag.embedder import Embedder
-from rag.errors import ConfigError, StoreUnavailable
+from rag.errors import ConfigError, StoreInUse, StoreUnavailable
 from rag.feedback import FeedbackStore
 from rag.index import Index
 from rag.keyword import KeywordIndex
@@ -134,6 +138,24 @@ def build_store(settings: Settings, client: ClientAPI | None = None, collection:
     name = collection or collection_name(settings)
     return Index(ChromaStore(client or build_chroma_client(settings), name, settings.embed_model),
                  KeywordIndex(keyword_path(settings, name)))
+
+
+@contextlib.contextmanager
+def hold_embedded_store(settings: Settings, what: str) -> Iterator[None]:
+    """Claim the embedded store for this process for the block (nothing to claim with a Chroma server): embedded
+    Chroma must not be written by two processes, so a second one is refused with StoreInUse naming the first."""
+    if settings.chroma_url:
+        yield
+        return
+    try:
+        with filelock.exclusive(settings.index_dir / "store.lock", what, deadline=time.monotonic()):
+            yield
+    except filelock.Taken as taken:
+        raise StoreInUse(
+            f"the embedded index in {settings.index_dir} is in use by {taken.holder.describe()}. One process at a "
+            "time may use it: ingest through that server (POST /v1/sync after copying files into its documents "
+            "folder, or POST /v1/documents), stop it first, or run Chroma as a server (RAG_CHROMA_URL) that "
+            "several processes can share") from None
 
 
 def build_llm(settings: Settings) -> LLM:

@@ -7,7 +7,7 @@ import json
 import signal
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -22,7 +22,13 @@ from rag.errors import EmptyIndex, LLMUnavailable, RagError
 from rag.evaluate import Case, evaluate, evaluate_answers, load_cases
 from rag.llm_server import is_healthy, start_llm_server, wait_until_healthy
 from rag.types import Hit
-from rag.wiring import build_engine, build_feedback_store, build_retriever, prefer_passive_threads
+from rag.wiring import (
+    build_engine,
+    build_feedback_store,
+    build_retriever,
+    hold_embedded_store,
+    prefer_passive_threads,
+)
 
 EXIT_USAGE, EXIT_LLM = 2, 3
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -238,20 +244,23 @@ def serve(host: str, port: int, no_chat: bool, insecure: bool) -> None:
     from ui.server import create_server
     from ui.web_guards import open_doors, settings_for_bind
 
-    with _errors():
-        settings = settings_for_bind(load_settings(), host)
-        doors = [] if is_loopback(host) else open_doors(settings, chat=not no_chat)
-        if doors and not insecure:
-            _fail(f"refusing to serve on {host}, reachable from the network: {'; '.join(doors)}. Set RAG_API_KEYS "
-                  "(`openssl rand -hex 24`) and the chat's sign-in (RAG_UI_AUTH_SECRET, RAG_UI_USERS), or serve on "
-                  f"127.0.0.1, or pass {INSECURE_FLAG} to serve it open anyway.", EXIT_USAGE)
-        app = create_server(settings, chat=not no_chat)
-    if doors:
-        err.print(f"[bold red]WARNING ({INSECURE_FLAG}): anyone who reaches {host} port {port} can use this "
-                  f"server: {'; '.join(doors)}.[/bold red]")
-    _banner(settings, host, port, chat=not no_chat)
-    # The chat's socket library refuses messages over 1 MB; uvicorn would otherwise read up to 16 MiB first.
-    uvicorn.run(app, host=host, port=port, log_level="info", ws_max_size=WS_MAX_BYTES)
+    with ExitStack() as held:
+        with _errors():
+            settings = settings_for_bind(load_settings(), host)
+            doors = [] if is_loopback(host) else open_doors(settings, chat=not no_chat)
+            if doors and not insecure:
+                _fail(f"refusing to serve on {host}, reachable from the network: {'; '.join(doors)}. Set "
+                      "RAG_API_KEYS (`openssl rand -hex 24`) and the chat's sign-in (RAG_UI_AUTH_SECRET, "
+                      f"RAG_UI_USERS), or serve on 127.0.0.1, or pass {INSECURE_FLAG} to serve it open anyway.",
+                      EXIT_USAGE)
+            held.enter_context(hold_embedded_store(settings, f"rag serve on {host}:{port}"))
+            app = create_server(settings, chat=not no_chat)
+        if doors:
+            err.print(f"[bold red]WARNING ({INSECURE_FLAG}): anyone who reaches {host} port {port} can use this "
+                      f"server: {'; '.join(doors)}.[/bold red]")
+        _banner(settings, host, port, chat=not no_chat)
+        # The chat's socket library refuses messages over 1 MB; uvicorn would otherwise read up to 16 MiB first.
+        uvicorn.run(app, host=host, port=port, log_level="info", ws_max_size=WS_MAX_BYTES)
 
 
 def _banner(settings: Settings, host: str, port: int, chat: bool) -> None:

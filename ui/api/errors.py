@@ -13,10 +13,13 @@ from rag.errors import (
     Conflict,
     EmptyIndex,
     Forbidden,
+    IngestBusy,
     InvalidDocument,
     LLMUnavailable,
     NotFound,
     RagError,
+    ReadOnlyFolder,
+    StoreInUse,
     StoreUnavailable,
 )
 
@@ -24,22 +27,28 @@ from rag.errors import (
 class ApiError(Exception):
     """An error with an HTTP status, a machine-readable type and a message for people."""
 
-    def __init__(self, status: int, kind: str, message: str, headers: dict[str, str] | None = None) -> None:
+    def __init__(self, status: int, kind: str, message: str, headers: dict[str, str] | None = None,
+                 details: dict[str, object] | None = None) -> None:
         super().__init__(message)
         self.status, self.kind, self.message, self.headers = status, kind, message, headers or {}
+        self.details = details or {}  # more fields of the error object, for clients that act on them
 
 
-def error_response(status: int, kind: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+def error_response(status: int, kind: str, message: str, headers: dict[str, str] | None = None,
+                   details: dict[str, object] | None = None) -> JSONResponse:
     """The JSON error body."""
-    return JSONResponse({"error": {"type": kind, "message": message}}, status_code=status, headers=headers)
+    body = {"type": kind, "message": message, **(details or {})}
+    return JSONResponse({"error": body}, status_code=status, headers=headers)
 
 
 # The core's named errors as (status, type), most specific first; anything else from upstream is a 502.
 STATUSES: tuple[tuple[type[RagError], int, str], ...] = (
-    (Busy, 429, "busy"), (Forbidden, 403, "forbidden"), (NotFound, 404, "not_found"),
-    (Conflict, 409, "document_exists"), (InvalidDocument, 422, "unreadable_document"),
+    (Busy, 429, "busy"), (IngestBusy, 409, "ingest_busy"), (Forbidden, 403, "forbidden"), (NotFound, 404, "not_found"),
+    (Conflict, 409, "document_exists"),
+    (ReadOnlyFolder, 409, "folder_read_only"), (InvalidDocument, 422, "unreadable_document"),
     (LLMUnavailable, 503, "llm_unavailable"), (StoreUnavailable, 503, "store_unavailable"),
-    (EmptyIndex, 503, "empty_index"), (ConfigError, 500, "config_error"),
+    (EmptyIndex, 503, "empty_index"),
+    (StoreInUse, 503, "store_in_use"), (ConfigError, 500, "config_error"),
 )
 
 
@@ -47,8 +56,10 @@ def from_rag_error(exc: RagError) -> ApiError:
     """The status and type for the core's named errors."""
     for kind, status, name in STATUSES:
         if isinstance(exc, kind):
-            headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, Busy) else None
-            return ApiError(status, name, str(exc), headers=headers)
+            retry = exc.retry_after_s if isinstance(exc, (Busy, IngestBusy)) else None
+            headers = {"Retry-After": str(retry)} if retry is not None else None
+            details: dict[str, object] = {"running": exc.running} if isinstance(exc, IngestBusy) else {}
+            return ApiError(status, name, str(exc), headers=headers, details=details)
     return ApiError(502, "upstream_error", str(exc))
 
 
@@ -57,12 +68,12 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ApiError)
     async def _api(_: Request, exc: ApiError) -> JSONResponse:
-        return error_response(exc.status, exc.kind, exc.message, exc.headers)
+        return error_response(exc.status, exc.kind, exc.message, exc.headers, exc.details)
 
     @app.exception_handler(RagError)
     async def _rag(_: Request, exc: RagError) -> JSONResponse:
         error = from_rag_error(exc)
-        return error_response(error.status, error.kind, error.message, error.headers)
+        return error_response(error.status, error.kind, error.message, error.headers, error.details)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -64,10 +64,12 @@ async def upload(request: Request, services: ServicesDep, principal: PrincipalDe
 
     limit = int(services.settings.max_upload_mb * 2**20)
     target, staged = await stage_upload(request, folder, limit, accept)
+    deadline = services.ingest_deadline()
     try:
-        uploaded = await run_in_threadpool(use.ingest_upload, services, principal, staged, target, replace)
+        uploaded = await services.run_ingest(use.ingest_upload, services, principal, staged.path, target, replace,
+                                             deadline)
     finally:
-        staged.unlink(missing_ok=True)  # moved into place on success; removed on any refusal
+        staged.discard()  # moved into place on success; removed on any refusal
     return {**_document(uploaded.entry).model_dump(), "status": uploaded.status}
 
 
@@ -80,7 +82,7 @@ async def documents(services: ServicesDep, principal: PrincipalDep) -> list[Docu
 @router.delete("/documents/{doc_id}", responses=ADMIN_ERRORS)
 async def delete(doc_id: str, services: ServicesDep, principal: PrincipalDep) -> dict[str, Any]:
     """Remove a document from the index, and its file when it lives in the documents folder (admins)."""
-    entry = await run_in_threadpool(use.delete_document, services, principal, doc_id)
+    entry = await services.run_ingest(use.delete_document, services, principal, doc_id, services.ingest_deadline())
     return {"id": doc_id, "source": entry.source, "status": "deleted"}
 
 
@@ -88,7 +90,7 @@ async def delete(doc_id: str, services: ServicesDep, principal: PrincipalDep) ->
 async def sync(services: ServicesDep, principal: PrincipalDep) -> dict[str, object]:
     """Re-sync the documents folder: add new files, replace changed ones, relabel regrouped ones, remove deleted
     ones (admins)."""
-    report = await run_in_threadpool(use.sync_folder, services, principal)
+    report = await services.run_ingest(use.sync_folder, services, principal, services.ingest_deadline())
     return report.as_json()
 
 

@@ -5,7 +5,6 @@ the temp file is removed on every failure (too large, refused, malformed, the cl
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,6 +14,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 
+from ingest import files
 from ui.api.errors import ApiError
 from ui.serving.limits import size_text
 
@@ -26,11 +26,11 @@ FLUSH_BYTES = 1 << 20  # written to disk (in a thread) a MiB at a time
 Accept = Callable[[str], Awaitable[Path]]  # the file name as sent → where the file will go, or an ApiError
 
 
-async def stage_upload(request: Request, folder: Path, limit: int, accept: Accept) -> tuple[Path, Path]:
-    """(target, staged temp file) for the body's `file` part. `accept` runs once its headers arrive, before any of
-    its bytes are stored; past `limit` bytes the upload ends in 413."""
+async def stage_upload(request: Request, folder: Path, limit: int, accept: Accept) -> tuple[Path, StagedUpload]:
+    """(target, staged upload) for the body's `file` part. `accept` runs once its headers arrive, before any of
+    its bytes are stored; past `limit` bytes the upload ends in 413. The caller discards the staged upload."""
     parts = _Parts(_boundary(request.headers.get("content-type", "")))
-    staged: _Staged | None = None
+    staged: StagedUpload | None = None
     target, in_file, done = None, False, False
     try:
         async for chunk in request.stream():
@@ -40,7 +40,7 @@ async def stage_upload(request: Request, folder: Path, limit: int, accept: Accep
                     in_file = name == FIELD and filename is not None and staged is None
                     if in_file:
                         target = await accept(filename or "")
-                        staged = _Staged(folder, limit)
+                        staged = StagedUpload(folder, limit)
                 elif kind == "data" and in_file and staged is not None:
                     await staged.write(value)
                 elif kind == "end" and in_file:
@@ -48,11 +48,11 @@ async def stage_upload(request: Request, folder: Path, limit: int, accept: Accep
         if staged is None or target is None or not done or not parts.ended:
             raise ApiError(422, "invalid_request", f"send the file as multipart/form-data in a `{FIELD}` part")
         await staged.finish()
-        return target, staged.path
+        return target, staged
     except ClientDisconnect:
         raise ApiError(400, "client_disconnected", "the upload ended before its last byte") from None
     finally:
-        if staged is not None and not (done and staged.finished):
+        if staged is not None and not staged.finished:
             staged.discard()
 
 
@@ -102,16 +102,18 @@ class _Parts:
         self.ended = True
 
 
-class _Staged:
-    """A hidden temp file in the documents folder (never picked up by a sync), written as the bytes arrive."""
+class StagedUpload:
+    """A hidden temp file in the documents folder (never picked up by a sync), written as the bytes arrive. It
+    stays open, and locked, until discarded: a clean-up of leftovers removes only files no live upload holds."""
 
     def __init__(self, folder: Path, limit: int) -> None:
-        handle, name = tempfile.mkstemp(prefix=".upload-", dir=folder)
-        self.path, self._file = Path(name), os.fdopen(handle, "wb")
+        handle, self.path = files.staged_file(folder)
+        self._file = os.fdopen(handle, "wb")
         self._limit, self._size, self._buffer = limit, 0, bytearray()
         self.finished = False
 
     async def write(self, data: bytes) -> None:
+        """Take the next bytes; 413 past the limit."""
         self._size += len(data)
         if self._size > self._limit:
             raise ApiError(413, "too_large", f"upload over {size_text(self._limit)} (RAG_MAX_UPLOAD_MB)",
@@ -121,11 +123,13 @@ class _Staged:
             await self._flush()
 
     async def finish(self) -> None:
+        """Write what is buffered; the file is whole."""
         await self._flush()
-        await run_in_threadpool(self._file.close)
+        await run_in_threadpool(self._file.flush)
         self.finished = True
 
     def discard(self) -> None:
+        """Close the file (releasing its lock) and remove it unless it was moved into place."""
         self._file.close()
         self.path.unlink(missing_ok=True)
 

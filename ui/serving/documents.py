@@ -3,11 +3,12 @@ feedback listing. Everything a principal may not see is answered as if it did no
 
 from __future__ import annotations
 
-import os
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ingest import service
+from ingest import files, service
 from ingest.manifest import Entry
 from ingest.pipeline import Report
 from rag.access import Principal
@@ -39,26 +40,44 @@ def visible_documents(services: Services, principal: Principal) -> list[Entry]:
             if policy.label_allows(principal, entry.access)]
 
 
-def delete_document(services: Services, principal: Principal, doc_id: str) -> Entry:
-    """Remove a visible document from the index, and its file when it lives in the documents folder."""
+def delete_document(services: Services, principal: Principal, doc_id: str, deadline: float | None = None) -> Entry:
+    """Remove a visible document from the index, and its file when it lives in the documents folder: the file is
+    moved aside first (a sync no longer sees it), then the chunks go, then the record, as one locked change."""
     require_admin(principal, "deleting documents")
     if not any(entry.doc_id == doc_id for entry in visible_documents(services, principal)):
         raise NotFound(f"no document with id {doc_id!r}")
-    entry = service.delete_document(doc_id, services.settings, services.store)
-    if entry is None:
-        raise NotFound(f"no document with id {doc_id!r}")
-    path = Path(entry.root) / entry.source
-    if path.resolve().parent.is_relative_to(services.settings.documents_dir.resolve()):
-        path.unlink(missing_ok=True)
+    with _locked(services, f"delete of document {doc_id} (API)", deadline):
+        entry = service.find_document(doc_id, services.settings, services.store.name)
+        if entry is None:  # deleted by another request meanwhile
+            raise NotFound(f"no document with id {doc_id!r}")
+        aside = _move_aside(services, entry)
+        service.delete_document(doc_id, services.settings, services.store, locked=True)
+        if aside is not None:
+            aside.unlink(missing_ok=True)
     return entry
 
 
-def sync_folder(services: Services, principal: Principal) -> Report:
+def _move_aside(services: Services, entry: Entry) -> Path | None:
+    path = Path(entry.root) / entry.source
+    return files.move_aside(path) if path.parent.resolve() == services.settings.documents_dir.resolve() else None
+
+
+def sync_folder(services: Services, principal: Principal, deadline: float | None = None) -> Report:
     """Re-sync the documents folder: add new files, replace changed ones, relabel regrouped ones, remove gone."""
     require_admin(principal, "syncing the documents folder")
     folder = services.settings.documents_dir
     folder.mkdir(parents=True, exist_ok=True)
-    return service.sync([folder], services.settings, embedder=services.embedder, store=services.store)[1]
+    with _locked(services, "sync of the documents folder (API)", deadline):
+        return service.sync([folder], services.settings, embedder=services.embedder, store=services.store,
+                            locked=True)[1]
+
+
+@contextlib.contextmanager
+def _locked(services: Services, what: str, deadline: float | None) -> Iterator[None]:
+    """The ingest lock, then the leftovers of crashed uploads and deletes settled before anything else changes."""
+    with service.ingest_lock(services.settings, what, deadline):
+        service.settle_leftovers(services.settings, services.store.name)
+        yield
 
 
 def check_upload(services: Services, principal: Principal, target: Path, replace: bool) -> None:
@@ -73,22 +92,23 @@ def check_upload(services: Services, principal: Principal, target: Path, replace
         raise Conflict(f"{target.name} already exists; upload with replace=true to replace it")
 
 
-def ingest_upload(services: Services, principal: Principal, staged: Path, target: Path, replace: bool) -> Uploaded:
-    """Move a staged upload into the documents folder and ingest it; a failed ingest keeps what was there."""
-    check_upload(services, principal, target, replace)  # again: another upload may have landed meanwhile
-    backup = target.with_name(f".backup-{target.name}")
-    if target.exists():
-        os.replace(target, backup)
-    os.replace(staged, target)
-    _, report = service.sync([target], services.settings, prune=False, embedder=services.embedder,
-                             store=services.store)
-    if report.failed:
-        if backup.exists():
-            os.replace(backup, target)  # the previous version stays, as its chunks did
-        else:
-            target.unlink()
-        raise InvalidDocument(f"{target.name}: {next(iter(report.failed.values()))}")
-    backup.unlink(missing_ok=True)
+def ingest_upload(services: Services, principal: Principal, staged: Path, target: Path, replace: bool,
+                  deadline: float | None = None) -> Uploaded:
+    """Move a staged upload into the documents folder and ingest it, as one locked change; a failed ingest puts
+    back what was there (a crash midway is settled by the next change: see ingest.files)."""
+    with _locked(services, f"upload of {target.name} (API)", deadline):
+        check_upload(services, principal, target, replace)  # again, under the lock: no other upload lands now
+        swap = files.swap_in(staged, target)
+        try:
+            _, report = service.sync([target], services.settings, prune=False, embedder=services.embedder,
+                                     store=services.store, locked=True)
+        except BaseException:
+            swap.restore()
+            raise
+        if report.failed:
+            swap.restore()  # the previous version stays, as its chunks did
+            raise InvalidDocument(f"{target.name}: {next(iter(report.failed.values()))}")
+        swap.commit()
     entry = _entry_at(services, target)
     assert entry is not None, "a successful sync records the file"
     status = "unchanged" if report.unchanged else "updated" if report.updated or report.regrouped else "added"

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import functools
+import time
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import ParamSpec, TypeVar
 
+from ingest import service
 from rag.answer import QueryEngine
 from rag.config import Settings
 from rag.embedder import Embedder
@@ -17,6 +22,9 @@ from rag.llm import LLM
 from rag.wiring import build_embedder, build_engine, build_feedback_store, build_store
 from ui.serving.metrics import Metrics
 from ui.serving.principals import ApiKey, parse_api_keys
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 class Gate:
@@ -69,9 +77,22 @@ class Services:
     keys: list[ApiKey] = field(default_factory=list)
     gate: Gate = field(init=False)
     metrics: Metrics = field(default_factory=Metrics)
+    ingest_pool: ThreadPoolExecutor = field(init=False)
 
     def __post_init__(self) -> None:
         self.gate = Gate(self.settings.max_concurrent_generations, self.settings.queue_timeout_s)
+        # Uploads, syncs and deletes wait for the ingest lock in threads of their own, never in the pool that
+        # answers questions.
+        self.ingest_pool = ThreadPoolExecutor(self.settings.ingest_workers, thread_name_prefix="ingest")
+
+    def ingest_deadline(self) -> float:
+        """When a change arriving now stops waiting for the ingest lock (time.monotonic())."""
+        return time.monotonic() + self.settings.ingest_wait_s
+
+    async def run_ingest(self, function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run an ingest use case in the ingest pool."""
+        call = functools.partial(function, *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self.ingest_pool, call)
 
 
 def build_services(settings: Settings, embedder: Embedder | None = None, llm: LLM | None = None,
@@ -81,6 +102,7 @@ def build_services(settings: Settings, embedder: Embedder | None = None, llm: LL
     keys = parse_api_keys(settings.api_keys)  # a bad key entry fails before anything heavy loads
     embedder = embedder or build_embedder(settings)
     store = build_store(settings)
+    service.settle_when_idle(settings, store.name)  # what a crash left in the documents folder
     engine = build_engine(settings, embedder=embedder, store=store, llm=llm)
     engine.retriever.warm()
     return Services(settings, embedder, store, engine, build_feedback_store(settings), keys,
