@@ -94,3 +94,24 @@ def test_single_file_argument_fails_cleanly(name: str, write: Write, settings: S
     report = service.sync([path], settings, embedder=embedder)[1]
     assert list(report.failed) == [name]
     assert report.chunks == 0
+
+
+def test_symlinks_are_followed_only_inside_the_folder(docs: Path, write: Write, settings: Settings,
+                                                      embedder: CountingEmbedder, tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere"
+    (outside / "private").mkdir(parents=True)
+    (outside / "secret.md").write_text("# Secret\nThe root password is hunter2.\n")
+    (outside / "private" / "payroll.md").write_text("# Payroll\nSalaries of every employee.\n")
+    write("guide.md", "# Guide\nHow to book a meeting room.\n")
+    (docs / "secret.md").symlink_to(outside / "secret.md")
+    (docs / "private").symlink_to(outside / "private", target_is_directory=True)
+    (docs / "alias.md").symlink_to(docs / "guide.md")  # inside the folder: followed
+
+    report = service.sync([docs], settings, embedder=embedder)[1]
+
+    assert report.added == 2  # guide.md and alias.md
+    assert set(report.failed) == {"secret.md", "private"}
+    assert f"a symlink to {outside / 'secret.md'}, outside {docs}" in report.failed["secret.md"]
+    assert "links are followed only inside the folder" in report.failed["private"]
+    sources = {entry.source for entry in service.list_documents(settings)}
+    assert sources == {"guide.md", "alias.md"}
