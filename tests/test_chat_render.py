@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from rag.answer import Answer, Sentence, Source, Timings
 from rag.llm import Usage
 from rag.types import Hit
@@ -76,14 +74,13 @@ def test_snippet_cuts_at_a_word() -> None:
     assert snippet("  short\n text ") == "short text"
 
 
-def test_pdf_sources_open_the_file_at_its_page(tmp_path: Path) -> None:
-    pdf = tmp_path / "setup.pdf"
-    pdf.write_bytes(b"%PDF-1.4")
-    panels = source_panels(_answer(), {"d1": pdf})
-    assert [(p.name, p.kind, p.path, p.page) for p in panels] == [("[1]", "pdf", pdf, 3), ("[2]", "text", None, None)]
+def test_pdf_sources_open_from_their_url_at_the_page() -> None:
+    url = "/v1/documents/d1/file"
+    panels = source_panels(_answer(), {"d1": url})
+    assert [(p.name, p.kind, p.url, p.page) for p in panels] == [("[1]", "pdf", url, 3), ("[2]", "text", None, None)]
     assert panels[1].content == "**it/vpn.md**\n\n*VPN › Linux*\n\nImport the WireGuard profile."
-    # A PDF that is no longer on disk falls back to its passage.
-    assert source_panels(_answer(), {"d1": tmp_path / "gone.pdf"})[0].kind == "text"
+    # A PDF the user cannot read (not on disk any more) falls back to its passage.
+    assert source_panels(_answer(), {})[0].kind == "text"
 
 
 def test_refusals_have_no_panels() -> None:

@@ -18,4 +18,7 @@ def create_server(settings: Settings, services: Services | None = None, chat: bo
 
         app.add_api_route("/", lambda: RedirectResponse(CHAT_PATH), include_in_schema=False)
         mount_chat(app, settings, lambda: app.state.services)
+        from ui.chat.readers import session_principal
+
+        app.state.session_principal = session_principal  # the chat's sign-in also reads its cited PDFs (routes_files)
     return app

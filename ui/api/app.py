@@ -9,7 +9,7 @@ import anyio.to_thread
 from fastapi import FastAPI
 
 from rag.config import Settings
-from ui.api import routes_ask, routes_documents, routes_health, routes_openai
+from ui.api import routes_ask, routes_documents, routes_files, routes_health, routes_openai
 from ui.api.errors import install_error_handlers
 from ui.api.metrics import install_request_metrics
 from ui.headers import SecurityHeaders
@@ -50,7 +50,7 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
     if services is not None:
         app.state.services = services
     install_request_metrics(app, metrics)
-    for module in (routes_ask, routes_openai, routes_documents, routes_health):
+    for module in (routes_ask, routes_openai, routes_documents, routes_files, routes_health):
         app.include_router(module.router)
     install_web_guards(app, settings)  # trusted hosts, CORS, cross-site guard: for the chat mounted later too
     app.add_middleware(SecurityHeaders, docs_paths=(app.docs_url, app.redoc_url))  # outermost: on every response

@@ -12,7 +12,6 @@ import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import chainlit as cl
@@ -30,6 +29,7 @@ from ui.chat.texts import Language, pick_language, text
 from ui.chat.users import authenticate
 from ui.serving.answering import answer_stream, ask_body
 from ui.serving.documents import visible_documents
+from ui.serving.files import file_url, pdf_on_disk
 from ui.serving.limits import QUESTION_CHARS
 
 log = logging.getLogger("rag.chat")
@@ -184,23 +184,26 @@ async def _stream(first: Event, events: AsyncIterator[Event], reply: cl.Message)
 async def _finish(reply: cl.Message, question: str, answer: Answer, language: Language,
                   principal: Principal) -> None:
     """Replace the streamed text with the finished message: answer, sources, metrics; panels behind [n]."""
-    files = await asyncio.to_thread(_document_files, principal)
+    pdfs = await asyncio.to_thread(_pdf_urls, principal, {source.hit.doc_id for source in answer.sources})
     reply.content = answer_markdown(answer, language)
-    reply.elements = [_element(panel) for panel in source_panels(answer, files)]  # type: ignore[misc]
+    reply.elements = [_element(panel) for panel in source_panels(answer, pdfs)]  # type: ignore[misc]
     body = ask_body(answer, context.settings.escalate_below)
     reply.metadata = {"question": question, "answer": answer.text, "answerable": answer.answerable,
                       "sources": body["sources"], "confidence": answer.confidence}
     await reply.send()  # ends the stream (if any) and persists the message with its elements
 
 
-def _document_files(principal: Principal) -> dict[str, Path]:
-    return {entry.doc_id: Path(entry.root) / entry.source
-            for entry in visible_documents(context.services(), principal)}
+def _pdf_urls(principal: Principal, doc_ids: set[str]) -> dict[str, str]:
+    """The cited PDFs the user may read, by doc_id: the route's URL (it checks the session again on every read)."""
+    return {entry.doc_id: file_url(entry.doc_id) for entry in visible_documents(context.services(), principal)
+            if entry.doc_id in doc_ids and pdf_on_disk(entry) is not None}
 
 
 def _element(panel: SourcePanel) -> cl.Pdf | cl.Text:
     if panel.kind == "pdf":
-        return cl.Pdf(name=panel.name, path=str(panel.path), page=panel.page, display="side")
+        # A URL, not a path: Chainlit would read the whole file and copy it into the session's folder. The
+        # browser's PDF viewer reads it from the route, same origin, with the session cookie, in ranges.
+        return cl.Pdf(name=panel.name, url=panel.url, page=panel.page, display="side")
     return cl.Text(name=panel.name, content=panel.content, display="side")
 
 

@@ -7,9 +7,9 @@ sanitised by the engine."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 
 from rag.answer import Answer, Source
 from rag.extract import passage_body
@@ -23,12 +23,12 @@ KIND_NAMES = {".pdf": "PDF", ".md": "Markdown", ".markdown": "Markdown", ".txt":
 
 @dataclass(frozen=True, slots=True)
 class SourcePanel:
-    """What clicking [n] opens: the PDF at its page when the file is at hand, else the passage as text."""
+    """What clicking [n] opens: the PDF at its page when it can be read, else the passage as text."""
 
     name: str
     kind: str  # "pdf" or "text"
     content: str
-    path: Path | None = None
+    url: str | None = None  # the PDF's route: the browser reads it from there, with the user's own session
     page: int | None = None
 
 
@@ -105,14 +105,15 @@ def quoted_markdown(answer: Answer) -> str:
     return f"📄 *{label}*\n\n{quotes}"
 
 
-def source_panels(answer: Answer, files: dict[str, Path]) -> list[SourcePanel]:
-    """One panel per source; `files` maps a doc_id to its file on disk (PDFs open there, at the page)."""
+def source_panels(answer: Answer, pdfs: Mapping[str, str]) -> list[SourcePanel]:
+    """One panel per source; `pdfs` maps the doc_id of each PDF the user may read to its URL (it opens there, at
+    the page)."""
     panels, clean = [], answer.links.clean
     for source in answer.sources if answer.answerable else []:
         hit = source.hit
-        path = files.get(hit.doc_id)
-        if path is not None and path.suffix.lower() == ".pdf" and path.is_file():
-            panels.append(SourcePanel(source_name(source.n), "pdf", clean(passage_body(hit)).text, path, hit.page))
+        url = pdfs.get(hit.doc_id)
+        if url is not None:
+            panels.append(SourcePanel(source_name(source.n), "pdf", clean(passage_body(hit)).text, url, hit.page))
             continue
         title = f"**{clean(hit.source).text}**" + (f" · p. {hit.page}" if hit.page is not None else "")
         heading = f"\n\n*{clean(hit.headings.replace(' > ', ' › ')).text}*" if hit.headings else ""
