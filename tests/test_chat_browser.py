@@ -101,8 +101,9 @@ def chat_app(tmp_path_factory: pytest.TempPathFactory, llm_server: LLMServer) ->
         subprocess.run([str(BIN / "rag-ingest"), str(documents)], env=_env(data_dir), check=True,
                        capture_output=True)
     users = f"{USER}:{hash_password(PASSWORD)}:staff,{HR_USER}:{hash_password(HR_PASSWORD)}:hr"
+    # API keys set: the PDF viewer must reach its file through the chat's session, not as an anonymous caller.
     app = _serve(data_dir, folder / "serve.log", llm_base_url=llm_server.settings.llm_base_url,
-                 ui_users=users, ui_auth_secret="x" * 64)
+                 ui_users=users, ui_auth_secret="x" * 64, api_keys="k" * 24 + ":*:admin")
     yield app
     _stop(app)
 
