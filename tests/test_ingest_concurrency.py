@@ -10,6 +10,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
@@ -25,7 +26,7 @@ from tests.conftest import CountingEmbedder, serving
 from tests.docs_factory import pdf_bytes
 from tests.fake_llm import FakeLLMServer
 from ui.api.app import create_app
-from ui.serving.services import build_services
+from ui.serving.services import INGEST_NICE, build_services
 
 BIN = Path(sys.executable).parent
 ADMIN_KEY = "admin-key-0123456789"
@@ -163,3 +164,13 @@ def test_cli_refuses_a_busy_ingest_and_a_store_a_server_holds(local: Settings, c
     serve = _run([str(BIN / "rag"), "serve", "--port", "9"], env)  # refused before it binds anything
     assert serve.returncode == 2 and f"in use by rag-ingest /srv/docs (pid {held.pid})" in serve.stderr
     assert os.path.exists(local.index_dir / "store.lock")
+
+
+def test_ingest_threads_run_at_a_lower_cpu_priority(local: Settings, embedder: CountingEmbedder) -> None:
+    services = build_services(local, embedder=embedder, llm=FakeLLMServer(lambda _: "").llm())
+
+    def priority() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    assert asyncio.run(services.run_ingest(priority)) == min(19, priority() + INGEST_NICE)
+    services.ingest_pool.shutdown()

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import os
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +26,7 @@ from rag.wiring import build_embedder, build_engine, build_feedback_store, build
 from ui.serving.metrics import Metrics
 from ui.serving.principals import ApiKey, parse_api_keys
 
+INGEST_NICE = 10
 P = ParamSpec("P")
 T = TypeVar("T")
 
@@ -83,7 +87,8 @@ class Services:
         self.gate = Gate(self.settings.max_concurrent_generations, self.settings.queue_timeout_s)
         # Uploads, syncs and deletes wait for the ingest lock in threads of their own, never in the pool that
         # answers questions.
-        self.ingest_pool = ThreadPoolExecutor(self.settings.ingest_workers, thread_name_prefix="ingest")
+        self.ingest_pool = ThreadPoolExecutor(self.settings.ingest_workers, thread_name_prefix="ingest",
+                                              initializer=lower_thread_priority)
 
     def ingest_deadline(self) -> float:
         """When a change arriving now stops waiting for the ingest lock (time.monotonic())."""
@@ -93,6 +98,15 @@ class Services:
         """Run an ingest use case in the ingest pool."""
         call = functools.partial(function, *args, **kwargs)
         return await asyncio.get_running_loop().run_in_executor(self.ingest_pool, call)
+
+
+def lower_thread_priority() -> None:
+    """Give the calling thread a lower CPU priority (nice +10): when an ingest and questions both want the cores,
+    questions come first. Linux keeps a nice value per thread, and the threads an ingest thread starts (the store
+    writer, torch's OpenMP team for its encode calls) inherit it."""
+    thread = threading.get_native_id()
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, thread, min(19, os.getpriority(os.PRIO_PROCESS, thread) + INGEST_NICE))
 
 
 def build_services(settings: Settings, embedder: Embedder | None = None, llm: LLM | None = None,
