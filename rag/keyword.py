@@ -206,18 +206,18 @@ class KeywordIndex:
             return []
         import numpy as np
 
-        scores = snapshot.scores(terms)
+        scores, ceiling = snapshot.scores(terms)
         verdicts = None if admits is None else snapshot.verdicts(admits)
         if verdicts is not None:
             scores *= verdicts[snapshot.codes]
         best = min(k, int(np.count_nonzero(scores)))
+        # Partition the negated scores: with kth near the end, the many zeros make argpartition ~10x slower.
         part = np.argpartition(-scores, best - 1)[:best] if best else np.array([], dtype=int)
         top: list[int] = [int(i) for i in part[np.argsort(-scores[part])]]
         chosen = set(top)
         top += [i for i in map(snapshot.slot, include) if i is not None and i not in chosen]
         if verdicts is not None:  # ids the caller named are checked too: nothing invisible leaves this method
             top = [i for i in top if verdicts[snapshot.codes[i]]]
-        ceiling = snapshot.ceiling(terms)
         return [KeywordHit(snapshot.chunk_id(i), float(scores[i]), float(scores[i]) / ceiling) for i in top]
 
     def query_ceiling(self, terms: Sequence[str]) -> float:
@@ -249,13 +249,13 @@ class KeywordIndex:
                 snapshot = self._snapshot
             assert snapshot is not None
             return snapshot
-        if self.revision() == snapshot.revision or self._busy() or not self._lock.acquire(blocking=False):
+        if self.revision() == snapshot.revision or not self._lock.acquire(blocking=False):
             return snapshot  # current, or someone is building the next one: search this one meanwhile
         try:
             if self._pending() <= INLINE_ROWS:
                 self._catch_up(compact_now=False)
             else:
-                self._in_background(lambda: self._catch_up(compact_now=True))
+                self._in_background(self._load)
         finally:
             self._lock.release()
         return self._snapshot or snapshot
@@ -267,36 +267,50 @@ class KeywordIndex:
             if compact_now:
                 self._snapshot = compact(snapshot)
             else:
-                self._in_background(lambda: None)
+                self._in_background(self._compact)
 
     def _busy(self) -> bool:
         return self._worker is not None and self._worker.is_alive()
 
     def _in_background(self, work: Callable[[], None]) -> None:
-        """Run work, then any compaction due, under the lock in a daemon thread (one at a time)."""
-        def run() -> None:
-            with self._lock:
-                work()
-                if self._snapshot is not None and needs_compaction(self._snapshot):
-                    self._snapshot = compact(self._snapshot)
-
+        """Run work in a daemon thread, unless one is already running (the next search asks again)."""
         if not self._busy():
-            self._worker = threading.Thread(target=run, name="keyword-index", daemon=True)
+            self._worker = threading.Thread(target=work, name="keyword-index", daemon=True)
             self._worker.start()
+
+    def _load(self) -> None:
+        """Catch up with a large change, holding the lock: searches go on with the current snapshot meanwhile."""
+        with self._lock:
+            self._catch_up(compact_now=True)
+
+    def _compact(self) -> None:
+        """Compact without holding the lock (searches keep catching up), then swap the result in and replay from the
+        change log whatever was written meanwhile."""
+        snapshot = self._snapshot
+        if snapshot is None or not needs_compaction(snapshot):
+            return
+        compacted = compact(snapshot)
+        with self._lock:
+            if self._snapshot is snapshot:
+                self._snapshot = compacted
+            else:  # written meanwhile: readers must never see the compacted one without those writes
+                self._catch_up(compact_now=False, since=compacted)
 
     def _pending(self) -> int:
         """Rows to read to catch up: changed chunks when the log covers every revision since ours, else all."""
         snapshot = self._snapshot
         assert snapshot is not None
         with self._connect() as db:
+            db.execute("BEGIN")
             revision = int(db.execute("SELECT value FROM revision").fetchone()[0])
             rows, revisions = db.execute("SELECT COUNT(*), COUNT(DISTINCT revision) FROM changes WHERE revision > ?",
                                          (snapshot.revision,)).fetchone()
         return int(rows) if revisions == revision - snapshot.revision else snapshot.live
 
-    def _catch_up(self, compact_now: bool) -> None:
-        """Apply what other processes wrote since our snapshot (caller holds the lock): the log's rows, or all."""
-        snapshot = self._snapshot
+    def _catch_up(self, compact_now: bool, since: Snapshot | None = None) -> None:
+        """Apply what was written since our snapshot (or `since`) by others (caller holds the lock): the log's rows,
+        or all of them when the log cannot bridge the gap."""
+        snapshot = since or self._snapshot
         assert snapshot is not None
         with self._connect() as db:
             db.execute("BEGIN")  # the revision, the log and the rows as of one moment

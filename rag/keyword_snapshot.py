@@ -33,7 +33,7 @@ DEAD_SHARE = 0.25  # rebuild without tombstones once this share of the slots is 
 MERGE_RATIO = 2  # merge the last two segments while the older one holds at most this many times the newer's slots
 
 Ints = npt.NDArray[np.int32]
-Floats = npt.NDArray[np.float64]
+Floats = npt.NDArray[np.float32]
 Bools = npt.NDArray[np.bool_]
 Array = TypeVar("Array", bound=npt.NDArray[Any])
 Upsert = tuple[str, Sequence[str], str]  # chunk id, tokens, access label
@@ -120,6 +120,7 @@ class Snapshot:
     live: int
     total_length: int  # of the live chunks
     counts: tuple[int, ...]  # live chunks per label
+    starts: tuple[int, ...]  # each segment's first slot
 
     @classmethod
     def empty(cls, revision: int) -> Snapshot:
@@ -135,7 +136,7 @@ class Snapshot:
 
     def chunk_id(self, slot: int) -> str:
         """The chunk in a slot."""
-        segment = self.segments[bisect.bisect_right([s.start for s in self.segments], slot) - 1]
+        segment = self.segments[bisect.bisect_right(self.starts, slot) - 1]
         return segment.ids[slot - segment.start]
 
     def idf(self, df: int) -> float:
@@ -148,19 +149,21 @@ class Snapshot:
             return found
         return [(docs[keep], tfs[keep]) for docs, tfs in found for keep in (self.alive[docs],)]
 
-    def scores(self, terms: Sequence[str]) -> Floats:
-        """BM25 (Lucene) of every slot for the query terms (a repeated term counts again, as in bm25s)."""
-        scores = np.zeros(len(self.alive), dtype=np.float64)
+    def scores(self, terms: Sequence[str]) -> tuple[Floats, float]:
+        """BM25 (Lucene) of every slot for the query terms (a repeated term counts again, as in bm25s), and the
+        query's ceiling (see `ceiling`)."""
+        # Each term's share is computed in float64 and summed in float32, as bm25s does: half the memory to rank.
+        scores, ceiling = np.zeros(len(self.alive), dtype=np.float32), 0.0
         if not self.live:
-            return scores
+            return scores, self.ceiling(terms)
         flat, per_length = K1 * (1 - B), K1 * B * self.live / self.total_length
         for term in terms:
             postings = self._live_postings(term)
             idf = self.idf(sum(len(docs) for docs, _ in postings))
+            ceiling += idf
             for docs, tfs in postings:  # a slot appears once per segment and term, so += cannot drop a repeat
-                tf = tfs.astype(np.float64)
-                scores[docs] += idf * tf / (tf + flat + per_length * self.lengths[docs])
-        return scores
+                scores[docs] += idf * tfs / (tfs + (flat + per_length * self.lengths[docs]))
+        return scores, ceiling or 1.0
 
     def ceiling(self, terms: Sequence[str]) -> float:
         """The sum of the terms' idf: the most any chunk could score (terms no chunk holds at the highest idf)."""
@@ -189,7 +192,8 @@ def _snapshot(revision: int, segments: tuple[Segment, ...], alive: Bools, length
               labels: tuple[str, ...], base: Mapping[str, int], recent: Mapping[str, int]) -> Snapshot:
     counts = np.bincount(codes[alive], minlength=len(labels))
     return Snapshot(revision, segments, _frozen(alive), _frozen(lengths), _frozen(codes), labels, base, recent,
-                    int(alive.sum()), int(lengths[alive].sum(dtype=np.int64)), tuple(counts.tolist()))
+                    int(alive.sum()), int(lengths[alive].sum(dtype=np.int64)), tuple(counts.tolist()),
+                    tuple(segment.start for segment in segments))
 
 
 def apply(snapshot: Snapshot, revision: int, upserts: Sequence[Upsert] = (), relabels: Sequence[tuple[str, str]] = (),

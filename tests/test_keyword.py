@@ -19,6 +19,7 @@ from rag import keyword
 from rag.access import LOCAL_OPERATOR, DocAccess
 from rag.config import Settings
 from rag.keyword import KeywordHit, KeywordIndex, cjk_share, tokenize
+from rag.keyword_snapshot import Snapshot
 from rag.retrieve import Fusion, Retriever, fuse
 from rag.types import Chunk, Hit
 from rag.wiring import build_retriever, build_store
@@ -274,3 +275,21 @@ def test_a_large_change_loads_in_the_background(tmp_path: Path, monkeypatch: pyt
     while len(reader.search("VPN portal", 5)) < 2:  # searches go on with the old snapshot until the new one is in
         assert time.monotonic() < deadline
         time.sleep(0.01)
+
+
+def test_writes_during_a_background_compaction_are_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    writer, reader = KeywordIndex(tmp_path / "kw.sqlite3"), KeywordIndex(tmp_path / "kw.sqlite3")
+    writer.add([_chunk(str(i), f"Policy {i}: laptops are returned to IT.") for i in range(8)])
+    reader.warm()
+    real = keyword.compact
+
+    def compact_while_another_process_writes(snapshot: Snapshot) -> Snapshot:
+        writer.add([_chunk("new", "Laptops with cracked screens go to the repair desk.")])
+        return real(snapshot)
+
+    monkeypatch.setattr(keyword, "compact", compact_while_another_process_writes)
+    writer.delete([str(i) for i in range(4)])  # half the slots dead: the reader compacts in the background
+    assert len(reader.search("laptops", 10)) == 4
+    assert reader._worker is not None
+    reader._worker.join(timeout=10)
+    assert {hit.chunk_id for hit in reader.search("laptops", 10)} == {"4", "5", "6", "7", "new"}
