@@ -96,7 +96,7 @@ def main(paths: tuple[Path, ...], dry_run: bool, as_json: bool, no_prune: bool, 
         try:
             settings = load_settings()
             if not dry_run:  # a server must not open the embedded store while this process writes it
-                held.enter_context(hold_embedded_store(settings, " ".join(["rag-ingest", *map(str, paths)])))
+                held.enter_context(hold_embedded_store(settings, _what(paths, reembed)))
             report = _run(paths, settings, console, as_json, dry_run=dry_run, prune=not no_prune, reembed=reembed)
         except RagError as exc:
             Console(stderr=True).print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
@@ -120,7 +120,12 @@ def _run(paths: tuple[Path, ...], settings: Settings, console: Console, as_json:
         return None
     progress = BarProgress(Console(stderr=True))
     with progress.bars:
-        return service.sync(paths, settings, prune=prune, progress=progress)[1]
+        return service.sync(paths, settings, prune=prune, progress=progress, what=_what(paths, reembed))[1]
+
+
+def _what(paths: tuple[Path, ...], reembed: bool) -> str:
+    """This run as other processes are told about it while it holds a lock."""
+    return " ".join(["rag-ingest", *(["--reembed"] if reembed else []), *map(str, paths)])
 
 
 def _run_reembed(settings: Settings, console: Console, as_json: bool) -> None:

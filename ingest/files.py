@@ -10,7 +10,7 @@ import os
 import secrets
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ingest.scan import file_hash
@@ -35,7 +35,6 @@ class Swap:
 
     target: Path
     backup: Path | None = None
-    done: bool = field(default=False)
 
     def restore(self) -> None:
         """Put the previous file back (or remove the new one when there was none)."""
