@@ -4,9 +4,11 @@ while POST /v1/sync ingests N chunks, in one run of one server; goal p99 during 
     .venv/bin/python -m benchmarks.answers_during_ingest [--chunks 10000] [--quick]
 
 The app is the real one (MiniLM, embedded Chroma, the keyword index, grounding) in a uvicorn thread; the LLM is the
-fake OpenAI-compatible server of the unit tests, so the figures are the app's own and not vLLM's. One client asks
-questions back to back (a pause of 20 ms between them), first idle, then for as long as the sync runs. The corpus is synthetic Markdown of the sample documents' words (the embedder's cost per chunk
-is what it is on real text). `--quick` (20 + 40 chunks) checks that the benchmark runs.
+fake OpenAI-compatible server of the unit tests (it quotes the first excerpt's first sentence, so answers pass the
+grounding check as a good model's do), so the figures are the app's own and not vLLM's. One client asks questions
+back to back (a pause of 20 ms between them), first idle, then for as long as the sync runs. The corpus is
+synthetic Markdown of the sample documents' words (the embedder's cost per chunk is what it is on real text).
+`--quick` (20 + 40 chunks) checks that the benchmark runs.
 """
 
 from __future__ import annotations
@@ -49,6 +51,12 @@ def write_corpus(folder: Path, chunks: int, seed: int = 7, first: int = 0) -> No
         (folder / f"bulk-{n:05d}.md").write_text(f"# Bulk {n}\n\n" + "\n\n".join(sections), encoding="utf-8")
 
 
+def quote_first_excerpt(messages: list[dict[str, str]]) -> str:
+    """The fake LLM's answer: the first sentence of excerpt [1], cited (a grounded answer, as a good model gives)."""
+    body = messages[-1]["content"].split("excerpt [1]", 1)[1].split("\n", 1)[1]
+    return re.split(r"(?<=[.!?])\s", body.strip(), maxsplit=1)[0] + " [1]"
+
+
 async def _ask_until(client: httpx.AsyncClient, stop: asyncio.Event | None, count: int) -> list[float]:
     """Latencies (ms) of questions asked back to back: `count` of them, or until `stop` is set."""
     latencies: list[float] = []
@@ -84,7 +92,7 @@ def run(chunks: int, idle_questions: int, before: int = 1000) -> dict[str, float
         write_corpus(settings.documents_dir, before, seed=1)  # what is there before: the idle index
         service.sync([settings.documents_dir], settings, embedder=embedder)
         write_corpus(settings.documents_dir, chunks, first=before // CHUNKS_PER_FILE)
-        llm = FakeLLMServer(lambda _: "See the excerpt [1].").llm()
+        llm = FakeLLMServer(quote_first_excerpt).llm()
         with serving(create_app(settings, build_services(settings, embedder=embedder, llm=llm))) as url:
             idle, during, report, seconds = asyncio.run(_measure(url, idle_questions))
     figures = _figures(idle, during, report, seconds)
