@@ -4,7 +4,9 @@ under the openai SDK; the live-server tests against real vLLM are in test_api_li
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
+import os
 import time
 from collections.abc import Callable, Iterator
 
@@ -183,6 +185,24 @@ def test_upload_list_ask_delete_round_trip(make_client: MakeClient, settings: Se
     assert client.delete(f"/v1/documents/{doc['id']}").json()["status"] == "deleted"
     assert not (settings.documents_dir / "printer.pdf").exists()
     assert client.delete(f"/v1/documents/{doc['id']}").status_code == 404
+
+
+def test_delete_on_a_read_only_folder_changes_nothing(make_client: MakeClient, settings: Settings,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    client = make_client()
+    leave = next(d for d in client.get("/v1/documents").json() if d["source"] == "leave.md")
+
+    def read_only(source: object, target: object) -> None:  # what a read-only mount answers (tests run as root)
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(os, "replace", read_only)
+    refused = client.delete(f"/v1/documents/{leave['id']}")
+    assert refused.status_code == 409 and refused.json()["error"]["type"] == "folder_read_only"
+    assert "leave.md" in refused.json()["error"]["message"] and "unchanged" in refused.json()["error"]["message"]
+    assert (settings.documents_dir / "leave.md").exists()
+    assert leave in client.get("/v1/documents").json()
+    answer = client.post("/v1/ask", json={"question": "How many days of annual leave do staff get?"}).json()
+    assert answer["sources"][0]["source"] == "leave.md"
 
 
 def test_upload_limits_and_sanitized_names(make_client: MakeClient, settings: Settings) -> None:
