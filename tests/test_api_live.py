@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
 from openai import OpenAI
 
 from rag.config import Settings
-from tests.conftest import SAMPLES, LLMServer, serving
+from tests.conftest import SAMPLES, free_port, serving
 from tests.docs_factory import pdf_bytes
+from tests.tcp_proxy import TcpProxy
 from ui.api.app import create_app
 from ui.serving.services import build_services
 
@@ -22,9 +23,21 @@ KEY = "test-key-0123456789abcdef"
 
 
 @pytest.fixture(scope="module")
-def api(tmp_path_factory: pytest.TempPathFactory, llm_settings: Settings, real_embedder: object) -> Iterator[str]:
+def llm_proxy(llm_settings: Settings) -> Iterator[TcpProxy]:
+    """The session's vLLM behind a TCP proxy that the outage test closes and opens again."""
+    target = urlsplit(llm_settings.llm_base_url)
+    proxy = TcpProxy(free_port(), (target.hostname or "127.0.0.1", target.port or 80))
+    proxy.start()
+    yield proxy
+    proxy.stop()
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory: pytest.TempPathFactory, llm_settings: Settings, real_embedder: object,
+        llm_proxy: TcpProxy) -> Iterator[str]:
     data = tmp_path_factory.mktemp("api-data")
-    settings = llm_settings.model_copy(update={"data_dir": data, "docs_dir": SAMPLES, "api_keys": f"{KEY}:*:admin"})
+    settings = llm_settings.model_copy(update={"data_dir": data, "docs_dir": SAMPLES, "api_keys": f"{KEY}:*:admin",
+                                               "llm_base_url": f"http://127.0.0.1:{llm_proxy.port}/v1"})
     from ingest import service
 
     service.sync([SAMPLES], settings, embedder=real_embedder)  # type: ignore[arg-type]
@@ -79,12 +92,11 @@ def test_upload_then_ask(api: str) -> None:
     assert answer["answer"]
 
 
-def test_vllm_outage_gives_503_then_recovers(api: str, llm_server: LLMServer, tmp_path: Path) -> None:
+def test_vllm_outage_gives_503_then_recovers(api: str, llm_proxy: TcpProxy) -> None:
     headers = {"Authorization": f"Bearer {KEY}"}
     question = {"question": "How do I create a Python virtual environment?"}
-    if llm_server.process is None:
-        pytest.skip("the vLLM server was started outside this test session; not stopping it")
-    llm_server.stop()
+    assert httpx.post(f"{api}/v1/ask", headers=headers, json=question, timeout=120).status_code == 200
+    llm_proxy.stop()  # as vLLM's process ending: the port closes and open connections break
     try:
         started = time.monotonic()
         down = httpx.post(f"{api}/v1/ask", headers=headers, json=question, timeout=30)
@@ -92,7 +104,7 @@ def test_vllm_outage_gives_503_then_recovers(api: str, llm_server: LLMServer, tm
         assert down.json()["error"]["type"] == "llm_unavailable"
         assert httpx.get(f"{api}/readyz", timeout=30).json()["checks"]["llm"]["ok"] is False
     finally:
-        llm_server.start()
+        llm_proxy.start()
     back = httpx.post(f"{api}/v1/ask", headers=headers, json=question, timeout=120)
     assert back.status_code == 200 and back.json()["answer"]
     assert httpx.get(f"{api}/readyz", timeout=30).status_code == 200
