@@ -18,7 +18,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test lint llm bench clean
+.PHONY: setup demo test lint llm bench bench-quick clean
 
 setup: $(VENV)/.synced $(VLLM_VENV)/.synced $(MODEL_DIR)/config.json
 
@@ -62,6 +62,10 @@ test: setup lint $(CHROMIUM) $(POSTGRES)
 
 bench: setup
 	$(BIN)/python -m benchmarks.ingest_throughput
+
+# Every benchmark's --quick mode (seconds each; the LLM ones reuse or start the test vLLM on port 8011).
+bench-quick: setup
+	$(BIN)/pytest -q -p no:cacheprovider tests/test_benchmarks.py tests/test_keyword_bench.py
 
 clean:
 	rm -rf data/index data/logs

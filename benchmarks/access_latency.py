@@ -1,6 +1,6 @@
 """The cost of access filtering in retrieval at 100k chunks: unfiltered vs filtered p50/p95/p99 and their ratios.
 
-    .venv/bin/python -m benchmarks.access_latency [--unique N] [--data-dir DIR]
+    .venv/bin/python -m benchmarks.access_latency [--unique N] [--data-dir DIR] [--quick]
 
 The first run builds the collection under data/cache/access-100k/ (a RAG data dir; skipped when it already holds
 100k chunks). Its text is real: the HTML pages of python3.11-doc, postgresql-doc-15 and debian-reference-zh-cn
@@ -21,6 +21,8 @@ however rag.retrieve filters it), BM25 (with its mask), fetching keyword-only fi
 checked against the labels this script assigned, not the labels the store returns.
 
 Build: ~20 minutes on 2 shared cores (15 embedding 8,000 passages at 7–9/s, 4 writing 100k chunks).
+`--quick` (800 chunks copied from 40 passages of the Python FAQ dev set, in a temporary data dir, 10 questions,
+1 round; no download) checks that the benchmark runs.
 """
 
 from __future__ import annotations
@@ -34,12 +36,12 @@ import re
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import CACHE, REPO
+from benchmarks.common import CACHE, FAQ, REPO
 from rag.access import LOCAL_OPERATOR, AccessPolicy, DocAccess, Principal
 from rag.config import Settings
 from rag.embedder import Embedder, Vectors
@@ -60,6 +62,7 @@ GROUPS = tuple(f"g{i}" for i in range(10))
 PUBLIC_SHARE = 0.10
 WRITE_BATCH = 2_000
 EMBED_BATCH = 512
+QUICK_UNIQUE, QUICK_TOTAL = 40, 800  # --quick: seconds
 # Package → (folder of its HTML pages inside the package, share of the unique passages).
 PACKAGES = {
     "python3.11-doc": ("usr/share/doc/python3.11/html", 0.45),
@@ -155,14 +158,27 @@ def embed_all(embedder: Embedder, texts: Sequence[str]) -> Vectors:
     return np.concatenate(parts)
 
 
-def cached_passages(data_dir: Path, embedder: Embedder, unique: int) -> tuple[list[tuple[str, str]], Vectors]:
+def faq_passages(unique: int) -> list[tuple[str, str]]:
+    """Up to `unique` distinct passages of the Python FAQ dev set's documents (in the repository: no download)."""
+    found: dict[str, str] = {}
+    for path in sorted((FAQ / "docs").glob("*.txt")):
+        for passage in split_passages(path.read_text(encoding="utf-8")):
+            found.setdefault(passage, f"python-faq/{path.name}")
+    return [(source, text) for text, source in list(found.items())[:unique]]
+
+
+Passages = Callable[[int], list[tuple[str, str]]]
+
+
+def cached_passages(data_dir: Path, embedder: Embedder, unique: int,
+                    collect: Passages = collect_passages) -> tuple[list[tuple[str, str]], Vectors]:
     """The unique passages and their real vectors, computed once and kept beside the index (a rebuild reuses them)."""
     text_file, vector_file = data_dir / "passages.json", data_dir / "passages.npy"
     if text_file.exists() and vector_file.exists():
         passages = [(s, t) for s, t in json.loads(text_file.read_text(encoding="utf-8"))]
         if len(passages) == unique or unique <= 0:
             return passages, np.load(vector_file)
-    passages = collect_passages(unique)
+    passages = collect(unique)
     vectors = embed_all(embedder, [text for _, text in passages])
     data_dir.mkdir(parents=True, exist_ok=True)
     text_file.write_text(json.dumps(passages, ensure_ascii=False), encoding="utf-8")
@@ -201,26 +217,27 @@ def copy_vectors(vectors: Vectors, copy: int) -> Vectors:
     return normalized
 
 
-def write_collection(store: Index, passages: list[tuple[str, str]], vectors: Vectors) -> None:
-    """Upsert TOTAL chunks (copies of the passages, in order) to Chroma and the keyword index, with progress."""
+def write_collection(store: Index, passages: list[tuple[str, str]], vectors: Vectors, total: int) -> None:
+    """Upsert `total` chunks (copies of the passages, in order) to Chroma and the keyword index, with progress."""
     started, unique = time.perf_counter(), len(passages)
-    copies = {copy: copy_vectors(vectors, copy) for copy in range(-(-TOTAL // unique))}
-    for start in range(0, TOTAL, WRITE_BATCH):
-        ids = range(start, min(TOTAL, start + WRITE_BATCH))
+    copies = {copy: copy_vectors(vectors, copy) for copy in range(-(-total // unique))}
+    for start in range(0, total, WRITE_BATCH):
+        ids = range(start, min(total, start + WRITE_BATCH))
         chunks = [make_chunk(i, *passages[i % unique]) for i in ids]
         store.upsert(chunks, np.stack([copies[i // unique][i % unique] for i in ids]))
-        print(f"  wrote {ids.stop}/{TOTAL} chunks ({time.perf_counter() - started:.0f} s)", flush=True)
+        print(f"  wrote {ids.stop}/{total} chunks ({time.perf_counter() - started:.0f} s)", flush=True)
 
 
-def ensure_collection(settings: Settings, embedder: Embedder, store: Index, unique: int) -> None:
-    """Build the 100k-chunk collection unless the data dir already holds it."""
-    if store.count() >= TOTAL:
+def ensure_collection(settings: Settings, embedder: Embedder, store: Index, unique: int, total: int,
+                      collect: Passages = collect_passages) -> None:
+    """Build the collection of `total` chunks unless the data dir already holds it."""
+    if store.count() >= total:
         return
     started = time.perf_counter()
-    print(f"building {TOTAL} chunks in {settings.data_dir} from {unique} real passages", flush=True)
-    passages, vectors = cached_passages(settings.data_dir, embedder, unique)
+    print(f"building {total} chunks in {settings.data_dir} from {unique} real passages", flush=True)
+    passages, vectors = cached_passages(settings.data_dir, embedder, unique, collect)
     print(f"  {len(passages)} passages, {len(vectors)} vectors ({time.perf_counter() - started:.0f} s)", flush=True)
-    write_collection(store, passages, vectors)
+    write_collection(store, passages, vectors, total)
     print(f"built in {time.perf_counter() - started:.0f} s", flush=True)
 
 
@@ -252,10 +269,10 @@ class Tally:
         self.violations += sum(not policy.allows(principal, chunk_access(hit.chunk_id)) for hit in hits)
 
 
-def measure(runs: dict[str, tuple[Retriever, Principal]], asked: list[str]) -> Tally:
-    """Every question in every variant, ROUNDS times, the order rotating per question and round."""
+def measure(runs: dict[str, tuple[Retriever, Principal]], asked: list[str], rounds: int) -> Tally:
+    """Every question in every variant, `rounds` times, the order rotating per question and round."""
     tally, names = Tally(list(runs)), list(runs)
-    for round_ in range(ROUNDS):
+    for round_ in range(rounds):
         for i, question in enumerate(asked):
             shift = (i + round_) % len(names)
             order = names[shift:] + names[:shift]
@@ -263,25 +280,25 @@ def measure(runs: dict[str, tuple[Retriever, Principal]], asked: list[str]) -> T
                 order.reverse()
             for name in order:
                 tally.run(name, *runs[name], question)
-        print(f"  round {round_ + 1}/{ROUNDS} done", flush=True)
+        print(f"  round {round_ + 1}/{rounds} done", flush=True)
     return tally
 
 
-def visible_share(principal: Principal) -> float:
+def visible_share(principal: Principal, total: int) -> float:
     """The share of the collection's chunks that a reader may see."""
-    docs = TOTAL // DOC_CHUNKS
+    docs = max(1, total // DOC_CHUNKS)
     return sum(AccessPolicy().allows(principal, document_access(doc)) for doc in range(docs)) / docs
 
 
-def report(tally: Tally, asked: int) -> None:
+def report(tally: Tally, asked: int, rounds: int, total: int) -> None:
     """Percentiles per variant, filtered/unfiltered ratios, and the access checks."""
     stats = {name: percentiles(values) for name, values in tally.times.items()}
-    print(f"{asked} questions x {ROUNDS} rounds, top-{TOP_K}; per variant {asked * ROUNDS} queries")
+    print(f"{asked} questions x {rounds} rounds, top-{TOP_K}; per variant {asked * rounds} queries")
     print(f"{'variant':<18}{'sees':>6}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}{'p50 ratio':>11}{'p99 ratio':>11}")
     for name, row in stats.items():
         mode, reader = name.split(" ", 1)
         base = stats[f"{mode} all"]
-        print(f"{name:<18}{visible_share(READERS[reader]):>6.0%}{row['p50']:>9.1f}{row['p95']:>9.1f}"
+        print(f"{name:<18}{visible_share(READERS[reader], total):>6.0%}{row['p50']:>9.1f}{row['p95']:>9.1f}"
               f"{row['p99']:>9.1f}{row['p50'] / base['p50']:>11.2f}{row['p99'] / base['p99']:>11.2f}")
     worst = max(stats[name]["p50"] / stats[f"{name.split()[0]} all"]["p50"] for name in stats)
     print(f"worst filtered/unfiltered p50 ratio: {worst:.2f} (goal <= 1.2: {'met' if worst <= 1.2 else 'NOT met'})")
@@ -289,12 +306,14 @@ def report(tally: Tally, asked: int) -> None:
     print(f"filtered queries with fewer than {TOP_K} hits: {tally.short} of {tally.filtered}")
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Command-line options."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--unique", type=int, default=UNIQUE, help="passages embedded for real (build only)")
     parser.add_argument("--data-dir", type=Path, default=CACHE / "access-100k")
-    return parser.parse_args()
+    parser.add_argument("--quick", action="store_true",
+                        help=f"{QUICK_TOTAL} chunks from {QUICK_UNIQUE} FAQ passages in a temporary data dir, 1 round")
+    return parser.parse_args(argv)
 
 
 def warm_up(runs: dict[str, tuple[Retriever, Principal]], asked: list[str]) -> None:
@@ -312,19 +331,31 @@ def load() -> str:
     return " ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
-def main() -> None:
-    prefer_passive_threads()
-    args = parse_args()
-    settings = Settings(data_dir=args.data_dir, _env_file=None)  # type: ignore[call-arg]
+def run(data_dir: Path, unique: int, total: int, rounds: int, asked: list[str],
+        collect: Passages = collect_passages) -> None:
+    """Build (if needed) and measure one collection."""
+    settings = Settings(data_dir=data_dir, _env_file=None)  # type: ignore[call-arg]
     embedder, store = build_embedder(settings), build_store(settings)
-    ensure_collection(settings, embedder, store, args.unique)
+    ensure_collection(settings, embedder, store, unique, total, collect)
     print(f"{store.count()} chunks in {settings.data_dir}", flush=True)
-    runs, asked = variants(embedder, store), questions()
+    runs = variants(embedder, store)
     warm_up(runs, asked)
     print(f"load average before: {load()}", flush=True)
-    tally = measure(runs, asked)
+    tally = measure(runs, asked, rounds)
     print(f"load average after: {load()}")
-    report(tally, len(asked))
+    report(tally, len(asked), rounds, total)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command line."""
+    prefer_passive_threads()
+    args = parse_args(argv)
+    if not args.quick:
+        run(args.data_dir, args.unique, TOTAL, ROUNDS, questions())
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        run(Path(tmp) / "data", QUICK_UNIQUE, QUICK_TOTAL, 1, questions()[:10], faq_passages)
+
 
 if __name__ == "__main__":
     main()

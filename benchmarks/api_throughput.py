@@ -1,11 +1,12 @@
 """API throughput benchmark: 32 concurrent clients through `rag serve` vs the same prompts straight to vLLM.
 
-    .venv/bin/python -m benchmarks.api_throughput [--clients 32] [--requests 64]
+    .venv/bin/python -m benchmarks.api_throughput [--clients 32] [--requests 64] [--quick]
 
 Both sides generate the same deterministic answers (temperature 0, same final messages, same max_tokens), so the
 ratio of requests per second is the cost of our API (retrieval, prompt building, HTTP, streaming) under load. Passes
 alternate (direct, API, direct, API) after a warm-up so neither side owns the warm prefix cache. Goal ≥ 0.9, no
-errors.
+errors. The server is configured as a deployment is (an API key, the chat's sign-in), and it and a vLLM the
+benchmark started are stopped however the run ends. `--quick` (seconds) checks that the benchmark runs.
 """
 
 from __future__ import annotations
@@ -13,29 +14,30 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import subprocess
+import secrets
 import sys
 import tempfile
 import time
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import httpx
 
-from benchmarks.common import free_port
+from benchmarks.common import free_port, llm_server, sample_docs, server_process
 from benchmarks.query_path import QUESTIONS
 from ingest import service
 from rag.access import LOCAL_OPERATOR
 from rag.answer import Retrieved
 from rag.config import Settings
-from rag.llm_server import is_healthy, start_llm_server, wait_until_healthy
+from rag.embedder import Embedder
 from rag.prompt import answer_messages
 from rag.wiring import build_embedder, build_engine, prefer_passive_threads
 
-REPO = Path(__file__).resolve().parent.parent
-MAX_TOKENS = 48
+KEY = secrets.token_hex(24)  # the API key the benchmark's `rag serve` accepts
 
 
-async def _load(url: str, bodies: list[dict[str, object]], clients: int) -> tuple[float, int]:
+async def _load(url: str, bodies: list[dict[str, object]], clients: int,
+                headers: dict[str, str] | None = None) -> tuple[float, int]:
     """Send every body with `clients` concurrent workers; (seconds, errors)."""
     queue: asyncio.Queue[dict[str, object]] = asyncio.Queue()
     for body in bodies:
@@ -50,64 +52,74 @@ async def _load(url: str, bodies: list[dict[str, object]], clients: int) -> tupl
             errors += response.status_code != 200
 
     started = time.perf_counter()
-    async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=clients)) as client:
+    async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=clients),
+                                 headers=headers) as client:
         await asyncio.gather(*(worker(client) for _ in range(clients)))
     return time.perf_counter() - started, errors
 
 
-def _serve(settings: Settings, port: int) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "RAG_DATA_DIR": str(settings.data_dir), "RAG_LLM_BASE_URL": settings.llm_base_url,
-           "RAG_MAX_ANSWER_TOKENS": str(MAX_TOKENS), "RAG_REFUSAL_THRESHOLD": "-1", "RAG_API_KEYS": ""}
-    process = subprocess.Popen([str(Path(sys.executable).parent / "rag"), "serve", "--port", str(port)], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return process
-        except httpx.HTTPError:
-            time.sleep(0.5)
-    process.terminate()
-    raise RuntimeError("rag serve did not start")
+def serve_env(settings: Settings, max_tokens: int) -> dict[str, str]:
+    """`rag serve`'s environment as a deployment's: an API key (KEY), the chat's sign-in (a fresh secret, one user)."""
+    from ui.chat.users import hash_password
+
+    return {**os.environ, "RAG_DATA_DIR": str(settings.data_dir), "RAG_LLM_BASE_URL": settings.llm_base_url,
+            "RAG_MAX_ANSWER_TOKENS": str(max_tokens), "RAG_REFUSAL_THRESHOLD": "-1", "RAG_API_KEYS": f"{KEY}:*",
+            "RAG_UI_AUTH_SECRET": secrets.token_hex(32),
+            "RAG_UI_USERS": f"bench:{hash_password(secrets.token_hex(16))}"}
 
 
-def main() -> None:
+def api_server(settings: Settings, port: int, max_tokens: int) -> AbstractContextManager[object]:
+    """`rag serve` on the port, once /healthz answers; stopped on the way out, however the benchmark ends."""
+    command = [str(Path(sys.executable).parent / "rag"), "serve", "--port", str(port)]
+    return server_process(command, f"http://127.0.0.1:{port}/healthz", settings.data_dir / "logs" / "serve.log",
+                          env=serve_env(settings, max_tokens))
+
+
+def bodies(local: Settings, embedder: Embedder, questions: list[str], max_tokens: int) -> list[dict[str, object]]:
+    """The direct side's requests: the final messages the API would send for each question."""
+    engine = build_engine(local, embedder=embedder)
+    engine.refusal_threshold = -1.0  # as in the served app: every question reaches the LLM
+    return [{"model": local.llm_model, "max_tokens": max_tokens, "temperature": 0.0,
+             "messages": answer_messages(q, next(e.hits for e in engine.stream(q, principal=LOCAL_OPERATOR)
+                                                 if isinstance(e, Retrieved)))} for q in questions]
+
+
+def measure(args: argparse.Namespace, settings: Settings, tmp: Path) -> list[tuple[float, int]]:
+    """Ingest, start `rag serve`, warm up, then the timed passes: direct, API, direct, API."""
+    local = settings.model_copy(update={"data_dir": tmp / "data"})
+    embedder = build_embedder(local)
+    service.sync([sample_docs(args.quick, tmp / "docs")], local, embedder=embedder)
+    questions = [QUESTIONS[i % len(QUESTIONS)] for i in range(args.requests)]
+    direct_bodies = bodies(local, embedder, questions, args.max_tokens)
+    api_bodies: list[dict[str, object]] = [{"question": q} for q in questions]
+    port = args.port or free_port()
+    with api_server(local, port, args.max_tokens):
+        direct_url, api_url = f"{local.llm_base_url}/chat/completions", f"http://127.0.0.1:{port}/v1/ask"
+        asyncio.run(_load(direct_url, direct_bodies, args.clients))  # warm-up
+        return [asyncio.run(_load(u, b, args.clients, h)) for u, b, h in
+                [(direct_url, direct_bodies, {}), (api_url, api_bodies, {"Authorization": f"Bearer {KEY}"})] * 2]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--clients", type=int, default=32)
-    parser.add_argument("--requests", type=int, default=64)
-    args = parser.parse_args()
+    parser.add_argument("--clients", type=int, help="concurrent clients (default 32; --quick: 2)")
+    parser.add_argument("--requests", type=int, help="requests per pass (default 64; --quick: 2)")
+    parser.add_argument("--max-tokens", type=int, help="answer tokens (default 48; --quick: 16, the least allowed)")
+    parser.add_argument("--port", type=int, default=0, help="rag serve's port (default: a free one)")
+    parser.add_argument("--quick", action="store_true", help="2 clients, 2 requests, 16 tokens, 3 small documents")
+    args = parser.parse_args(argv)
+    for name, full, quick in (("clients", 32, 2), ("requests", 64, 2), ("max_tokens", 48, 16)):
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else full)
     prefer_passive_threads()
     settings = Settings()
-    llm = None
-    if not is_healthy(settings.llm_base_url):
-        llm = start_llm_server(settings, settings.data_dir / "logs" / "vllm-bench.log")
-        wait_until_healthy(settings, llm, settings.data_dir / "logs" / "vllm-bench.log")
-    with tempfile.TemporaryDirectory() as tmp:
-        local = settings.model_copy(update={"data_dir": Path(tmp)})
-        embedder = build_embedder(local)
-        service.sync([REPO / "data" / "samples"], local, embedder=embedder)
-        engine = build_engine(local, embedder=embedder)
-        engine.refusal_threshold = -1.0  # as in the served app below: every question reaches the LLM
-        questions = [QUESTIONS[i % len(QUESTIONS)] for i in range(args.requests)]
-        direct_bodies = [{"model": local.llm_model, "max_tokens": MAX_TOKENS, "temperature": 0.0,
-                          "messages": answer_messages(q, next(e.hits for e in engine.stream(q, principal=LOCAL_OPERATOR)
-                                                              if isinstance(e, Retrieved)))} for q in questions]
-        api_bodies = [{"question": q} for q in questions]
-        port = free_port()
-        api = _serve(local, port)
-        try:
-            direct_url, api_url = f"{local.llm_base_url}/chat/completions", f"http://127.0.0.1:{port}/v1/ask"
-            asyncio.run(_load(direct_url, direct_bodies, args.clients))  # warm-up
-            runs = [asyncio.run(_load(u, b, args.clients)) for u, b in
-                    [(direct_url, direct_bodies), (api_url, api_bodies)] * 2]
-        finally:
-            api.terminate()
-            if llm is not None:
-                llm.terminate()
+    with llm_server(settings), tempfile.TemporaryDirectory() as tmp:
+        runs = measure(args, settings, Path(tmp))
     direct = sum(s for s, _ in runs[0::2]) / 2
     through_api = sum(s for s, _ in runs[1::2]) / 2
     errors = sum(e for _, e in runs)
-    print(f"{args.clients} clients, {args.requests} requests per pass, {MAX_TOKENS} max tokens, 2 passes each")
+    print(f"{args.clients} clients, {args.requests} requests per pass, {args.max_tokens} max tokens, 2 passes each")
     print(f"direct to vLLM: {args.requests / direct:.2f} req/s; through the API: {args.requests / through_api:.2f} "
           f"req/s; ratio {direct / through_api:.3f} (goal ≥ 0.9); errors {errors}")
 

@@ -1,14 +1,15 @@
 """Calibrate RAG_REFUSAL_THRESHOLD on the dev set: the Python FAQ (answerable) and off-topic questions.
 
-    .venv/bin/python -m benchmarks.calibrate_refusal
+    .venv/bin/python -m benchmarks.calibrate_refusal [--quick]
 
 Ingests every FAQ answer passage as a document, takes the best retrieval score of each FAQ question (should be
 answered) and of each question in data/eval/offtopic.jsonl (should be refused), and picks the threshold with the
-best balanced accuracy.
+best balanced accuracy. `--quick` (20 FAQ passages, 10 off-topic questions) checks that the benchmark runs.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import tempfile
 from pathlib import Path
@@ -43,9 +44,14 @@ def sweep(answerable: list[float], offtopic: list[float]) -> tuple[float, float,
     return best
 
 
-def main() -> None:
-    pairs = faq_pairs()
+def main(argv: list[str] | None = None) -> None:
+    """Command line."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="20 FAQ passages, 10 off-topic questions")
+    quick = parser.parse_args(argv).quick
+    pairs = faq_pairs()[:20] if quick else faq_pairs()
     offtopic = [json.loads(line)["question"] for line in OFFTOPIC.read_text().splitlines() if line.strip()]
+    offtopic = offtopic[:10] if quick else offtopic
     with tempfile.TemporaryDirectory() as tmp:
         docs = Path(tmp) / "faq"
         docs.mkdir()

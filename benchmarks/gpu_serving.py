@@ -4,6 +4,10 @@ Runs on a machine with an NVIDIA GPU and vLLM (0.20.x) installed; needs no netwo
 
     python3 -m benchmarks.gpu_serving --tokenizer DIR --out results.json [--profiles bf16,fp8,...]
     python3 -m benchmarks.gpu_serving --report results.json [more.json ...]   # the table, anywhere
+    python3 -m benchmarks.gpu_serving --quick [--url URL --model NAME]  # a tiny load on a running server, on CPU
+
+`--quick` drives an OpenAI-compatible vLLM that already runs (default $RAG_LLM_BASE_URL, the local CPU server) with
+two cells of 4 requests and 4 output tokens, and prints the table: it checks the client and statistics code.
 
 - The model is ERNIE-4.5-0.3B's exact configuration (Ernie4_5ForCausalLM: hidden 1024, 18 layers, 16 query / 2 KV
   heads, head_dim 128, intermediate 3072, vocab 103,424, tied embeddings, rope θ 500,000) with random weights
@@ -31,12 +35,15 @@ import sys
 import tempfile
 import time
 import urllib.request
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from benchmarks.common import server_process  # noqa: E402
 from rag.evaluate import load_cases  # noqa: E402
 from rag.prompt import answer_messages  # noqa: E402
 from rag.types import Hit  # noqa: E402
@@ -61,6 +68,15 @@ PROFILES = {
 RATES = [10.0, 50.0, 100.0, 200.0, float("inf")]
 OUTPUT_TOKENS = 128
 SERVED = "ernie-4.5-0.3b"
+
+
+@dataclass(frozen=True)
+class Target:
+    """The server under load: its OpenAI base URL (…/v1), the served model's name, output tokens per request."""
+
+    base_url: str
+    model: str = SERVED
+    output_tokens: int = OUTPUT_TOKENS
 
 
 @dataclass
@@ -120,28 +136,17 @@ def write_model(folder: Path, tokenizer: Path) -> None:
 
 
 def start_server(python: str, model: Path, profile: str, port: int, log: Path,
-                 extra: list[str]) -> subprocess.Popen[bytes]:
-    """vLLM's OpenAI server with the profile's flags (`extra` last: it overrides); returns once /health answers."""
+                 extra: list[str]) -> AbstractContextManager[Any]:
+    """vLLM's OpenAI server with the profile's flags (`extra` last: it overrides), once /health answers; stopped
+    on the way out, however the run ends."""
     args = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--served-model-name",
             SERVED, "--host", "127.0.0.1", "--port", str(port), *BASE_FLAGS, *PROFILES[profile], *extra]
-    with log.open("wb") as out:
-        process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"vLLM ({profile}) exited:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
-                return process
-        except OSError:
-            time.sleep(1)
-    process.terminate()
-    raise RuntimeError(f"vLLM ({profile}) did not become healthy:\n{log.read_text()[-3000:]}")
+    return server_process(args, f"http://127.0.0.1:{port}/health", log, timeout_s=600)
 
 
-def prefix_counters(port: int) -> dict[str, float]:
+def prefix_counters(base_url: str) -> dict[str, float]:
     """vLLM's prefix-cache counters from /metrics (queries and hits, in tokens)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+    with urllib.request.urlopen(base_url.rsplit("/v1", 1)[0] + "/metrics", timeout=5) as response:
         text = response.read().decode()
     counters: dict[str, float] = {}
     for match in re.finditer(r"^(vllm:prefix_cache_(?:queries|hits))(?:_total)?(?:\{[^}]*\})? ([0-9.e+]+)$", text,
@@ -150,13 +155,14 @@ def prefix_counters(port: int) -> dict[str, float]:
     return counters
 
 
-async def one_request(client: object, messages: list[dict[str, str]]) -> tuple[float, float, float, int, int]:
+async def one_request(client: object, target: Target,
+                      messages: list[dict[str, str]]) -> tuple[float, float, float, int, int]:
     """(sent, first token, end, output tokens, prompt tokens) of one streamed request."""
     sent = time.perf_counter()
     first = 0.0
     usage = (0, 0)
     stream = await client.chat.completions.create(  # type: ignore[attr-defined]
-        model=SERVED, messages=messages, max_tokens=OUTPUT_TOKENS, temperature=0.0, stream=True,
+        model=target.model, messages=messages, max_tokens=target.output_tokens, temperature=0.0, stream=True,
         stream_options={"include_usage": True}, extra_body={"ignore_eos": True})
     async for chunk in stream:
         if not first and chunk.choices and chunk.choices[0].delta.content is not None:
@@ -166,16 +172,16 @@ async def one_request(client: object, messages: list[dict[str, str]]) -> tuple[f
     return sent, first or time.perf_counter(), time.perf_counter(), usage[0], usage[1]
 
 
-async def drive(port: int, rate: float, batch: list[list[dict[str, str]]], seed: int) -> tuple[list, float]:
+async def drive(target: Target, rate: float, batch: list[list[dict[str, str]]], seed: int) -> tuple[list, float]:
     """Send the batch at Poisson arrivals of `rate` per second (all at once when unbounded)."""
     from openai import AsyncOpenAI
 
-    client = AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="EMPTY", max_retries=0, timeout=600)
+    client = AsyncOpenAI(base_url=target.base_url, api_key="EMPTY", max_retries=0, timeout=600)
     rng = random.Random(seed)
     tasks = []
     started = time.perf_counter()
     for messages in batch:
-        tasks.append(asyncio.create_task(one_request(client, messages)))
+        tasks.append(asyncio.create_task(one_request(client, target, messages)))
         if rate != float("inf"):
             await asyncio.sleep(rng.expovariate(rate))
     results = await asyncio.gather(*tasks)
@@ -184,12 +190,12 @@ async def drive(port: int, rate: float, batch: list[list[dict[str, str]]], seed:
     return results, elapsed
 
 
-def measure(profile: str, port: int, rate: float, repeat: int, seed: int, cap: int) -> Cell:
+def measure(profile: str, target: Target, rate: float, repeat: int, seed: int, cap: int) -> Cell:
     """One cell: drive the server and summarize latencies, throughput and prefix-cache hits."""
     batch = prompts(requests_for(rate, cap), seed)
-    before = prefix_counters(port)
-    results, elapsed = asyncio.run(drive(port, rate, batch, seed))
-    after = prefix_counters(port)
+    before = prefix_counters(target.base_url)
+    results, elapsed = asyncio.run(drive(target, rate, batch, seed))
+    after = prefix_counters(target.base_url)
     ttft = [(first - sent) * 1000 for sent, first, _, _, _ in results]
     tpot = [(end - first) * 1000 / max(1, out - 1) for _, first, end, out, _ in results]
     queries = after.get("vllm:prefix_cache_queries", 0) - before.get("vllm:prefix_cache_queries", 0)
@@ -238,19 +244,16 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     for n, profile in enumerate(args.profiles.split(",")):
         log = Path(args.logs) / f"vllm-{profile}.log"
         started = time.perf_counter()
-        server = start_server(args.python, model, profile, args.port + n, log, args.extra.split())
-        facts[profile] = {**server_facts(log), "start_s": round(time.perf_counter() - started, 1),
-                          "gpu_memory_mib": gpu_memory_mib()}
-        try:
-            measure(profile, args.port + n, float("inf"), -1, 0, args.max_requests)  # warm-up, not reported
+        target = Target(f"http://127.0.0.1:{args.port + n}/v1")
+        with start_server(args.python, model, profile, args.port + n, log, args.extra.split()):
+            facts[profile] = {**server_facts(log), "start_s": round(time.perf_counter() - started, 1),
+                              "gpu_memory_mib": gpu_memory_mib()}
+            measure(profile, target, float("inf"), -1, 0, args.max_requests)  # warm-up, not reported
             for repeat in range(args.repeats):
                 for rate in args.rates:
                     seed = 1000 * repeat + int(min(rate, 999))
-                    cells.append(measure(profile, args.port + n, rate, repeat, seed, args.max_requests))
+                    cells.append(measure(profile, target, rate, repeat, seed, args.max_requests))
                     print(json.dumps(asdict(cells[-1])), flush=True)
-        finally:
-            server.terminate()
-            server.wait(timeout=120)
         if args.out:  # after every profile, so that a run cut short keeps what it measured
             Path(args.out).write_text(json.dumps(_result(facts, cells), indent=1))
     return _result(facts, cells)
@@ -297,7 +300,18 @@ def _spread(values: list[float]) -> str:
     return f"{mid:g}" if len(values) == 1 else f"{mid:g} ({min(values):g}–{max(values):g})"
 
 
-def main() -> None:
+def quick(url: str, model: str) -> None:
+    """Two small cells against a server that already runs, then the table of them."""
+    target = Target(url, model, output_tokens=4)
+    cells = [measure("quick", target, rate, 0, n, 4) for n, rate in enumerate((20.0, float("inf")))]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "quick.json"
+        path.write_text(json.dumps(_result({"quick": {"vllm": url}}, cells)))
+        report([path])
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokenizer", help="a tokenizer folder with a chat template (vocabulary < 103,424)")
     parser.add_argument("--profiles", default=",".join(PROFILES))
@@ -310,9 +324,15 @@ def main() -> None:
     parser.add_argument("--logs", default=os.environ.get("OUT", "."))
     parser.add_argument("--out", help="write the results here (JSON)")
     parser.add_argument("--report", nargs="+", type=Path, help="print the table of earlier result files")
-    args = parser.parse_args()
+    parser.add_argument("--quick", action="store_true", help="a tiny load on the server at --url (no GPU needed)")
+    parser.add_argument("--url", default=os.environ.get("RAG_LLM_BASE_URL", "http://127.0.0.1:8010/v1"))
+    parser.add_argument("--model", default=os.environ.get("RAG_LLM_MODEL", "smollm2-135m-instruct"))
+    args = parser.parse_args(argv)
     if args.report:
         report(args.report)
+        return
+    if args.quick:
+        quick(args.url, args.model)
         return
     result = run(args)
     if args.out:

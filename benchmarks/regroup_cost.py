@@ -1,14 +1,16 @@
 """What a groups-only change costs against the file's first ingest (goal ≤ 5 %), measured in one run.
 
-    .venv/bin/python -m benchmarks.regroup_cost
+    .venv/bin/python -m benchmarks.regroup_cost [--quick]
 
 For each sample file (a PDF, an HTML page, a Markdown file): ingest it into a fresh index (the embedder loaded
 beforehand, as in a running server), then give it a sidecar with other groups and sync again. Both times are whole
 `sync` calls (plan, parse or relabel, write, keyword repair), so the ratio is what an admin's re-sync costs.
+`--quick` (the Markdown file only, no warm-up) checks that the benchmark runs.
 """
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import tempfile
 import time
@@ -44,12 +46,17 @@ def measure(name: str, embedder: Embedder) -> tuple[float, float, int]:
         return first, regroup, int(str(report["chunks"]))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """Command line."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="the Markdown file only, no warm-up")
+    quick = parser.parse_args(argv).quick
     prefer_passive_threads()
     embedder = build_embedder(Settings(_env_file=None))  # type: ignore[call-arg]
-    measure(FILES[-1], embedder)  # warm: parser fork server, tokenizer, Chroma's first client
+    if not quick:
+        measure(FILES[-1], embedder)  # warm: parser fork server, tokenizer, Chroma's first client
     print(f"{'file':<38}{'chunks':>7}{'ingest s':>10}{'regroup s':>11}{'ratio':>8}")
-    for name in FILES:
+    for name in FILES[-1:] if quick else FILES:
         first, regroup, chunks = measure(name, embedder)
         print(f"{name:<38}{chunks:>7}{first:>10.2f}{regroup:>11.3f}{regroup / first:>8.3f}")
 

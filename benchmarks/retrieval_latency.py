@@ -2,22 +2,26 @@
 
     RAG_DATA_DIR=data/cache/bench-100k .venv/bin/rag-ingest data/cache/python3.11-doc \\
         data/cache/postgresql-doc-15 data/cache/debian-handbook      # once (benchmarks/fetch_corpus.sh PKG DIR)
-    .venv/bin/python -m benchmarks.retrieval_latency [DATA_DIR]
+    .venv/bin/python -m benchmarks.retrieval_latency [DATA_DIR] [--quick]
 
 Questions: the dev sets (Python FAQ, Chinese Debian docs, off-topic). Each question runs in both modes back to back,
 alternating which goes first, so that the machine's noise falls on both alike. A query is the whole retrieval:
 embedding the question, the dense (Chroma HNSW) search, the BM25 search, fetching keyword-only finds, fusion.
+`--quick` (3 small documents ingested into a temporary data dir, 10 questions, 1 round) checks that it runs.
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
+import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import REPO
+from benchmarks.common import CACHE, REPO, sample_docs
+from ingest import service
 from rag.access import LOCAL_OPERATOR
 from rag.config import Settings
+from rag.embedder import Embedder
 from rag.evaluate import load_cases, percentiles
 from rag.retrieve import Retriever
 from rag.wiring import build_embedder, build_store, prefer_passive_threads
@@ -40,33 +44,47 @@ def timed(retriever: Retriever, question: str) -> float:
     return (time.perf_counter() - started) * 1000
 
 
-def main() -> None:
-    prefer_passive_threads()
-    data_dir = Path(sys.argv[1]) if len(sys.argv) > 1 else REPO / "data" / "cache" / "bench-100k"
-    settings = Settings(data_dir=data_dir, _env_file=None)  # type: ignore[call-arg]
-    embedder, store = build_embedder(settings), build_store(settings)
+def measure(settings: Settings, asked: list[str], rounds: int, embedder: Embedder | None = None) -> None:
+    """Time both modes over the questions and print the table and the ratios."""
+    embedder, store = embedder or build_embedder(settings), build_store(settings)
     chunks = store.count()
     modes = {mode: Retriever(embedder, store, mode) for mode in ("dense", "hybrid")}
     started = time.perf_counter()
     modes["hybrid"].warm()
-    print(f"{chunks} chunks in {data_dir}; keyword index loaded in {time.perf_counter() - started:.1f} s")
-    asked = questions()
+    print(f"{chunks} chunks in {settings.data_dir}; keyword index loaded in {time.perf_counter() - started:.1f} s")
     for question in asked[:10]:  # warm caches (HNSW pages, jieba, tokenizer)
         for retriever in modes.values():
             retriever.search(question, TOP_K, LOCAL_OPERATOR)
     times: dict[str, list[float]] = {mode: [] for mode in modes}
-    for round_ in range(ROUNDS):
+    for round_ in range(rounds):
         for i, question in enumerate(asked):
             order = list(modes) if (i + round_) % 2 == 0 else list(reversed(modes))
             for mode in order:
                 times[mode].append(timed(modes[mode], question))
     stats = {mode: percentiles(values) for mode, values in times.items()}
-    print(f"{len(asked)} questions x {ROUNDS} rounds, top-{TOP_K}")
+    print(f"{len(asked)} questions x {rounds} rounds, top-{TOP_K}")
     print(f"{'mode':<8}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}")
     for mode, row in stats.items():
         print(f"{mode:<8}{row['p50']:>9.1f}{row['p95']:>9.1f}{row['p99']:>9.1f}")
     print(f"hybrid / dense: p50 {stats['hybrid']['p50'] / stats['dense']['p50']:.2f}, "
           f"p99 {stats['hybrid']['p99'] / stats['dense']['p99']:.2f}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command line."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("data_dir", nargs="?", type=Path, default=CACHE / "bench-100k")
+    parser.add_argument("--quick", action="store_true", help="3 small documents, 10 questions, 1 round")
+    args = parser.parse_args(argv)
+    prefer_passive_threads()
+    if not args.quick:
+        measure(Settings(data_dir=args.data_dir, _env_file=None), questions(), ROUNDS)  # type: ignore[call-arg]
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = Settings(data_dir=Path(tmp) / "data", _env_file=None)  # type: ignore[call-arg]
+        embedder = build_embedder(settings)
+        service.sync([sample_docs(True, Path(tmp) / "docs")], settings, embedder=embedder)
+        measure(settings, questions()[:10], 1, embedder)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,133 @@
-"""Benchmarks in their quick mode: each runs to the end and prints its figures (the figures are not judged here)."""
+"""Benchmarks in their quick mode: each runs to the end and prints its figures (the figures are not judged here);
+and a benchmark whose server fails to start leaves no process behind."""
 
 from __future__ import annotations
+
+import importlib
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from benchmarks import answers_during_ingest
+from rag.config import Settings
+from tests.conftest import REPO, free_port
+
+# Benchmark → lines its quick mode must print (a start of line each). ingest_throughput and keyword_writes have
+# their own tests.
+QUICK = {
+    "access_latency": ["variant", "hybrid 3 groups", "worst filtered/unfiltered p50 ratio: ", "access violations"],
+    "calibrate_refusal": ["answerable: 20 questions", "off-topic:  10 questions", "threshold "],
+    "regroup_cost": ["file", "systemd-uids-gids.md "],
+    "retrieval_latency": ["mode", "dense ", "hybrid ", "hybrid / dense: p50 "],
+    "tune_fusion": ["embedder ", "  share 0.0: @1 ", "  share 1.0: @1 "],
+}
+# The same for those that need the LLM server (the session's vLLM).
+QUICK_LLM = {
+    "answer_checks": ["2 questions, RAG_ANSWER_MODE=", "support check per answer: p50 ", "first text shown"],
+    "api_throughput": ["2 clients, 2 requests per pass", "direct to vLLM: "],
+    "gpu_serving": ["| profile | rate (req/s) |", "| quick | 20 |", "| quick | ∞ |"],
+    "llm_dtype": ["CPU bf16 flags: ", "running server               prefill "],
+    "query_path": ["query-path overhead ", "prefix cache: "],
+}
+
+
+def run_quick(name: str, capsys: pytest.CaptureFixture[str]) -> list[str]:
+    """Run a benchmark's main with --quick in this process (no second interpreter, embedder import: seconds)."""
+    importlib.import_module(f"benchmarks.{name}").main(["--quick"])
+    return capsys.readouterr().out.splitlines()
+
+
+def assert_prints(lines: list[str], starts: list[str]) -> None:
+    for start in starts:
+        assert any(line.startswith(start) for line in lines), f"no line starts with {start!r}:\n" + "\n".join(lines)
 
 
 def test_answers_during_ingest_quick(capsys: pytest.CaptureFixture[str]) -> None:
     answers_during_ingest.main(["--quick"])
     out = capsys.readouterr().out
     assert "ingest through POST /v1/sync: " in out and "p99 during / idle: " in out
+
+
+@pytest.mark.parametrize("name", sorted(QUICK))
+def test_quick_mode(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                    capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("RAG_DATA_DIR", str(tmp_path / "data"))  # nothing lands in the repository's data dir
+    assert_prints(run_quick(name, capsys), QUICK[name])
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", sorted(QUICK_LLM))
+def test_quick_mode_with_llm(name: str, llm_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                             capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("RAG_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("RAG_LLM_BASE_URL", llm_settings.llm_base_url)
+    monkeypatch.setenv("RAG_LLM_MODEL", llm_settings.llm_model)
+    assert_prints(run_quick(name, capsys), QUICK_LLM[name])
+
+
+# A stand-in for vLLM: answers /health, and starts a child as vLLM starts its engine core; writes both pids beside
+# itself.
+FAKE_VLLM = """\
+import http.server, os, subprocess, sys
+from pathlib import Path
+
+port = int(sys.argv[sys.argv.index("--port") + 1])
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+Path(__file__).with_name("pids").write_text(f"{os.getpid()} {child.pid}")
+
+
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
+"""
+
+
+def alive(pid: int) -> bool:
+    """Whether a process runs (a zombie nobody reaped yet counts as gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_failed_server_start_leaves_no_process(tmp_path: Path) -> None:
+    """api_throughput starts "vLLM" (a stand-in with a child), then its `rag serve` refuses a broken setting: the
+    run fails naming the server's error, and neither the stand-in, its child, nor a server remains."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    fake = tmp_path / "fake-vllm"
+    fake.write_text(f"#!{sys.executable}\n{FAKE_VLLM}")
+    fake.chmod(0o755)
+    llm_port, serve_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAG_")} | {
+        "RAG_LLM_BASE_URL": f"http://127.0.0.1:{llm_port}/v1", "RAG_VLLM_PYTHON": str(fake),
+        "RAG_LLM_MODEL_PATH": str(model), "RAG_DATA_DIR": str(tmp_path / "data"), "HF_HUB_OFFLINE": "1"}
+    # --max-tokens 8: below what RAG_MAX_ANSWER_TOKENS allows, which only the served app checks.
+    run = subprocess.run([sys.executable, "-m", "benchmarks.api_throughput", "--quick", "--max-tokens", "8",
+                          "--port", str(serve_port)], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode != 0
+    assert "rag exited with code" in run.stderr and "RAG_MAX_ANSWER_TOKENS" in run.stderr, run.stderr[-3000:]
+    leader, child = map(int, (tmp_path / "pids").read_text().split())
+    deadline = time.monotonic() + 5  # the child's reaper (init) may take a moment
+    while (alive(leader) or alive(child)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(leader) and not alive(child)
+    assert not listening(llm_port) and not listening(serve_port)
