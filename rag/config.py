@@ -90,6 +90,7 @@ class Settings(BaseSettings):
     ingest_workers: int = Field(default=2, ge=1, le=64)
     chroma_url: str = ""
     chroma_token: str = Field(default="", repr=False)
+    keyword_db_url: str = Field(default="", repr=False)  # PostgreSQL for the keyword index (rag.keyword_pg)
     collection: str = "documents"
     chunk_tokens: int = Field(default=250, ge=16)
     chunk_overlap_tokens: int = Field(default=32, ge=0)

@@ -1,5 +1,6 @@
 """The two indexes under the retriever, side by side: dense (Chroma) and keyword (BM25), each behind a small
-Protocol, and the writer that mirrors every change into both so that they always hold the same chunks."""
+Protocol, and the writer that mirrors every change into both so that they always hold the same chunks. The keyword
+index is embedded (rag.keyword, SQLite beside the data dir) or shared by replicas in PostgreSQL (rag.keyword_pg)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any, Protocol
 
 from rag.access import DocAccess
 from rag.embedder import Vectors
-from rag.keyword import Admits, KeywordHit, KeywordIndex
+from rag.keyword import Admits, KeywordHit
 from rag.store import ChromaStore
 from rag.types import Chunk, Hit
 
@@ -49,10 +50,34 @@ class KeywordSearch(Protocol):
         ...
 
 
+class KeywordStore(KeywordSearch, Protocol):
+    """A keyword index that ingest writes to, kept in step with the dense store."""
+
+    def add(self, chunks: Sequence[Chunk]) -> None:
+        """Index (or re-index) chunks."""
+        ...
+
+    def set_access(self, chunk_ids: Sequence[str], access: DocAccess) -> None:
+        """Relabel chunks without tokenizing them again."""
+        ...
+
+    def delete(self, chunk_ids: Sequence[str]) -> None:
+        """Forget chunks (unknown ids are ignored)."""
+        ...
+
+    def ids(self) -> set[str]:
+        """Every indexed chunk id."""
+        ...
+
+    def unlabelled(self) -> list[str]:
+        """Chunks indexed without an access label (to be labelled from the dense store)."""
+        ...
+
+
 class Index:
     """What ingest writes to: the dense store and the keyword index, kept in step."""
 
-    def __init__(self, dense: ChromaStore, keyword: KeywordIndex | None) -> None:
+    def __init__(self, dense: ChromaStore, keyword: KeywordStore | None) -> None:
         self.dense = dense
         self.keyword = keyword
         self.name = dense.name

@@ -17,8 +17,9 @@ from rag.config import BUNDLED_E5_MODEL, BUNDLED_EMBED_MODEL, Settings
 from rag.embedder import Embedder
 from rag.errors import ConfigError, StoreInUse, StoreUnavailable
 from rag.feedback import FeedbackStore
-from rag.index import Index
+from rag.index import Index, KeywordStore
 from rag.keyword import KeywordIndex
+from rag.keyword_pg import PgKeywordIndex
 from rag.llm import LLM
 from rag.llm_server import BF16_FLAGS, cpu_flags
 from rag.rerank import CrossEncoderReranker
@@ -132,12 +133,20 @@ def keyword_path(settings: Settings, collection: str) -> Path:
     return settings.index_dir / "keyword" / f"{collection}.sqlite3"
 
 
+def build_keyword_index(settings: Settings, collection: str) -> KeywordStore:
+    """The keyword index of a collection: in PostgreSQL when RAG_KEYWORD_DB_URL is set (shared by replicas on any
+    host), else the embedded one beside the data dir."""
+    if settings.keyword_db_url:
+        return PgKeywordIndex(settings.keyword_db_url, collection)
+    return KeywordIndex(keyword_path(settings, collection))
+
+
 def build_store(settings: Settings, client: ClientAPI | None = None, collection: str | None = None) -> Index:
     """The configured (or the given) collection, opened on the given or a freshly built Chroma client, with its
     keyword index."""
     name = collection or collection_name(settings)
     return Index(ChromaStore(client or build_chroma_client(settings), name, settings.embed_model),
-                 KeywordIndex(keyword_path(settings, name)))
+                 build_keyword_index(settings, name))
 
 
 @contextlib.contextmanager
