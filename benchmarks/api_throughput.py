@@ -85,7 +85,7 @@ def bodies(local: Settings, embedder: Embedder, questions: list[str], max_tokens
 
 
 def measure(args: argparse.Namespace, settings: Settings, tmp: Path) -> list[tuple[float, int]]:
-    """Ingest, start `rag serve`, warm up, then the timed passes: direct, API, direct, API."""
+    """Ingest, start `rag serve`, warm up, then the timed passes: direct, API, direct, API, …"""
     local = settings.model_copy(update={"data_dir": tmp / "data"})
     embedder = build_embedder(local)
     service.sync([sample_docs(args.quick, tmp / "docs")], local, embedder=embedder)
@@ -97,7 +97,8 @@ def measure(args: argparse.Namespace, settings: Settings, tmp: Path) -> list[tup
         direct_url, api_url = f"{local.llm_base_url}/chat/completions", f"http://127.0.0.1:{port}/v1/ask"
         asyncio.run(_load(direct_url, direct_bodies, args.clients))  # warm-up
         return [asyncio.run(_load(u, b, args.clients, h)) for u, b, h in
-                [(direct_url, direct_bodies, {}), (api_url, api_bodies, {"Authorization": f"Bearer {KEY}"})] * 2]
+                [(direct_url, direct_bodies, {}), (api_url, api_bodies, {"Authorization": f"Bearer {KEY}"})]
+                * args.passes]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -106,20 +107,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--clients", type=int, help="concurrent clients (default 32; --quick: 2)")
     parser.add_argument("--requests", type=int, help="requests per pass (default 64; --quick: 2)")
     parser.add_argument("--max-tokens", type=int, help="answer tokens (default 48; --quick: 16, the least allowed)")
+    parser.add_argument("--passes", type=int, help="timed passes of each side (default 2; --quick: 1)")
     parser.add_argument("--port", type=int, default=0, help="rag serve's port (default: a free one)")
-    parser.add_argument("--quick", action="store_true", help="2 clients, 2 requests, 16 tokens, 3 small documents")
+    parser.add_argument("--quick", action="store_true",
+                        help="2 clients, 2 requests, 16 tokens, 1 pass each, 3 small documents")
     args = parser.parse_args(argv)
-    for name, full, quick in (("clients", 32, 2), ("requests", 64, 2), ("max_tokens", 48, 16)):
+    for name, full, quick in (("clients", 32, 2), ("requests", 64, 2), ("max_tokens", 48, 16), ("passes", 2, 1)):
         if getattr(args, name) is None:
             setattr(args, name, quick if args.quick else full)
     prefer_passive_threads()
     settings = Settings()
     with llm_server(settings), tempfile.TemporaryDirectory() as tmp:
         runs = measure(args, settings, Path(tmp))
-    direct = sum(s for s, _ in runs[0::2]) / 2
-    through_api = sum(s for s, _ in runs[1::2]) / 2
+    direct = sum(s for s, _ in runs[0::2]) / args.passes
+    through_api = sum(s for s, _ in runs[1::2]) / args.passes
     errors = sum(e for _, e in runs)
-    print(f"{args.clients} clients, {args.requests} requests per pass, {args.max_tokens} max tokens, 2 passes each")
+    print(f"{args.clients} clients, {args.requests} requests per pass, {args.max_tokens} max tokens, "
+          f"{args.passes} passes each")
     print(f"direct to vLLM: {args.requests / direct:.2f} req/s; through the API: {args.requests / through_api:.2f} "
           f"req/s; ratio {direct / through_api:.3f} (goal ≥ 0.9); errors {errors}")
 

@@ -7,7 +7,7 @@ Runs on a machine with an NVIDIA GPU and vLLM (0.20.x) installed; needs no netwo
     python3 -m benchmarks.gpu_serving --quick [--url URL --model NAME]  # a tiny load on a running server, on CPU
 
 `--quick` drives an OpenAI-compatible vLLM that already runs (default $RAG_LLM_BASE_URL, the local CPU server) with
-two cells of 4 requests and 4 output tokens, and prints the table: it checks the client and statistics code.
+two cells of 3 requests and 4 output tokens, and prints the table: it checks the client and statistics code.
 
 - The model is ERNIE-4.5-0.3B's exact configuration (Ernie4_5ForCausalLM: hidden 1024, 18 layers, 16 query / 2 KV
   heads, head_dim 128, intermediate 3072, vocab 103,424, tied embeddings, rope θ 500,000) with random weights
@@ -303,7 +303,7 @@ def _spread(values: list[float]) -> str:
 def quick(url: str, model: str) -> None:
     """Two small cells against a server that already runs, then the table of them."""
     target = Target(url, model, output_tokens=4)
-    cells = [measure("quick", target, rate, 0, n, 4) for n, rate in enumerate((20.0, float("inf")))]
+    cells = [measure("quick", target, rate, 0, n, 3) for n, rate in enumerate((20.0, float("inf")))]
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "quick.json"
         path.write_text(json.dumps(_result({"quick": {"vllm": url}}, cells)))

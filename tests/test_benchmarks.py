@@ -4,7 +4,6 @@ and a benchmark whose server fails to start leaves no process behind."""
 from __future__ import annotations
 
 import importlib
-import os
 import socket
 import subprocess
 import sys
@@ -13,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import answers_during_ingest
+from benchmarks import answers_during_ingest, api_throughput
+from benchmarks.common import server_process
 from rag.config import Settings
 from tests.conftest import REPO, free_port
 
@@ -107,27 +107,56 @@ def listening(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-def test_failed_server_start_leaves_no_process(tmp_path: Path) -> None:
+def test_failed_server_start_leaves_no_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """api_throughput starts "vLLM" (a stand-in with a child), then its `rag serve` refuses a broken setting: the
     run fails naming the server's error, and neither the stand-in, its child, nor a server remains."""
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text("{}")
+    fake, _ = fake_server(tmp_path)
+    llm_port, serve_port = free_port(), free_port()
+    for name, value in {"RAG_LLM_BASE_URL": f"http://127.0.0.1:{llm_port}/v1", "RAG_VLLM_PYTHON": fake[0],
+                        "RAG_LLM_MODEL_PATH": str(model), "RAG_DATA_DIR": str(tmp_path / "data")}.items():
+        monkeypatch.setenv(name, value)
+    # --max-tokens 8: below what RAG_MAX_ANSWER_TOKENS allows, which only the served app checks.
+    with pytest.raises(RuntimeError, match=r"(?s)rag exited with code .*RAG_MAX_ANSWER_TOKENS"):
+        api_throughput.main(["--quick", "--max-tokens", "8", "--port", str(serve_port)])
+    assert_gone(tmp_path)
+    assert not listening(llm_port) and not listening(serve_port)
+
+
+def fake_server(tmp_path: Path) -> tuple[list[str], str]:
+    """The stand-in's command line on a free port, and its health URL."""
     fake = tmp_path / "fake-vllm"
     fake.write_text(f"#!{sys.executable}\n{FAKE_VLLM}")
     fake.chmod(0o755)
-    llm_port, serve_port = free_port(), free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAG_")} | {
-        "RAG_LLM_BASE_URL": f"http://127.0.0.1:{llm_port}/v1", "RAG_VLLM_PYTHON": str(fake),
-        "RAG_LLM_MODEL_PATH": str(model), "RAG_DATA_DIR": str(tmp_path / "data"), "HF_HUB_OFFLINE": "1"}
-    # --max-tokens 8: below what RAG_MAX_ANSWER_TOKENS allows, which only the served app checks.
-    run = subprocess.run([sys.executable, "-m", "benchmarks.api_throughput", "--quick", "--max-tokens", "8",
-                          "--port", str(serve_port)], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert run.returncode != 0
-    assert "rag exited with code" in run.stderr and "RAG_MAX_ANSWER_TOKENS" in run.stderr, run.stderr[-3000:]
-    leader, child = map(int, (tmp_path / "pids").read_text().split())
-    deadline = time.monotonic() + 5  # the child's reaper (init) may take a moment
-    while (alive(leader) or alive(child)) and time.monotonic() < deadline:
+    port = free_port()
+    return [str(fake), "--port", str(port)], f"http://127.0.0.1:{port}/health"
+
+
+def assert_gone(tmp_path: Path) -> None:
+    """Neither the stand-in nor its child runs (they may take a moment to be reaped)."""
+    pids = [int(pid) for pid in (tmp_path / "pids").read_text().split()]
+    deadline = time.monotonic() + 5
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not alive(leader) and not alive(child)
-    assert not listening(llm_port) and not listening(serve_port)
+    assert not any(alive(pid) for pid in pids)
+
+
+def test_ctrl_c_stops_the_server_and_its_children(tmp_path: Path) -> None:
+    command, health = fake_server(tmp_path)
+    with pytest.raises(KeyboardInterrupt), server_process(command, health, tmp_path / "log"):
+        raise KeyboardInterrupt
+    assert_gone(tmp_path)
+
+
+def test_sigterm_to_the_benchmark_stops_its_server(tmp_path: Path) -> None:
+    command, health = fake_server(tmp_path)
+    script = ("import sys, time\nfrom pathlib import Path\nfrom benchmarks.common import server_process\n"
+              f"with server_process({command!r}, {health!r}, Path({str(tmp_path / 'log')!r})):\n"
+              "    print('up', flush=True)\n    time.sleep(120)\n")
+    bench = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    assert bench.stdout is not None and bench.stdout.readline() == "up\n"
+    bench.terminate()
+    assert bench.wait(30) == 128 + 15
+    assert_gone(tmp_path)
