@@ -23,7 +23,7 @@ from rag.embedder import Embedder, Vectors
 from rag.index import Index
 from rag.types import Chunk
 
-IN_FLIGHT = 16  # files parsed ahead of the embedder
+IN_FLIGHT = 16  # files parsed ahead of the embedder (per parse worker: 4 each, at least this many)
 FIRST_BATCH = 64  # the first batches are small so the embedder starts soon; they double up to the setting
 
 
@@ -59,17 +59,20 @@ class Batch:
 
 
 def run_sync(plan: Plan, embedder: Embedder | None, store: Index, manifest: Manifest, spec: ChunkSpec,
-             parse_timeout: float, progress: Progress | None = None, batch_chunks: int = 512) -> Report:
-    """Carry out a plan; failures of single files are reported, never fatal; store errors are raised."""
+             parse_timeout: float, progress: Progress | None = None, batch_chunks: int = 512, *,
+             parse_workers: int = 1, writers: int = 1) -> Report:
+    """Carry out a plan; failures of single files are reported, never fatal; store errors are raised.
+    `parse_workers` processes parse and chunk files ahead of the embedder; `writers` threads store embedded batches
+    (each batch whole documents, so they never touch the same document)."""
     progress = progress or NoProgress()
     if plan.tasks and embedder is None:
         raise ValueError("an embedder is needed when the plan has files to ingest")
     started = time.perf_counter()
     report = Report(unchanged=len(plan.unchanged), skipped=len(plan.skipped), failed=dict(plan.failed))
     progress.files_total(len(plan.tasks))
-    writer = _Writer(store, manifest, report, progress)
+    writer = _Writer(store, manifest, report, progress, writers)
     try:
-        parsed = _parse_all(plan.tasks, spec, parse_timeout, report, progress)
+        parsed = _parse_all(plan.tasks, spec, parse_timeout, report, progress, parse_workers)
         for batch in _embed(parsed, embedder, progress, batch_chunks) if embedder else ():
             writer.put(batch)
     finally:
@@ -127,15 +130,17 @@ def repair_pending(store: Index, manifest: Manifest) -> list[str]:
 
 
 def _parse_all(tasks: list[Task], spec: ChunkSpec, timeout: float, report: Report,
-               progress: Progress) -> Iterator[tuple[Task, ParsedDoc]]:
+               progress: Progress, workers: int = 1) -> Iterator[tuple[Task, ParsedDoc]]:
     if not tasks:
         return
-    with ProcessPool(max_workers=1, initializer=init_worker, context=parser_context()) as pool:
+    # Results are taken in plan order; the window keeps every worker busy meanwhile.
+    ahead = max(IN_FLIGHT, 4 * workers)
+    with ProcessPool(max_workers=workers, initializer=init_worker, context=parser_context()) as pool:
         window: deque[tuple[Task, Future[ParsedDoc]]] = deque()
         pending = iter(tasks)
         for task in pending:
             window.append((task, _schedule(pool, task, spec, timeout)))
-            if len(window) >= IN_FLIGHT:
+            if len(window) >= ahead:
                 break
         while window:
             task, future = window.popleft()
@@ -194,24 +199,30 @@ def _batch(docs: list[tuple[Task, ParsedDoc, list[Chunk]]], embedder: Embedder) 
 
 
 class _Writer:
-    """A thread that stores batches while the next one is embedded; records each file once it is stored."""
+    """Threads that store batches while the next one is embedded; each file is recorded once it is stored. Several
+    threads keep a Chroma server busy (each write waits on the server); batches never share a document."""
 
-    def __init__(self, store: Index, manifest: Manifest, report: Report, progress: Progress) -> None:
+    def __init__(self, store: Index, manifest: Manifest, report: Report, progress: Progress, threads: int = 1) -> None:
         self._store, self._manifest, self._report, self._progress = store, manifest, report, progress
-        self._queue: queue.Queue[Batch | None] = queue.Queue(maxsize=2)
+        self._queue: queue.Queue[Batch | None] = queue.Queue(maxsize=2 * threads)
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._loop, name="ingest-writer", daemon=True)
-        self._thread.start()
+        self._record = threading.Lock()  # the report and the progress are updated by one thread at a time
+        self._threads = [threading.Thread(target=self._loop, name=f"ingest-writer-{n}", daemon=True)
+                         for n in range(threads)]
+        for thread in self._threads:
+            thread.start()
 
     def put(self, batch: Batch) -> None:
-        """Queue a batch (blocks while two are waiting); raises the writer's error if it failed."""
+        """Queue a batch (blocks while two per thread are waiting); raises the writer's error if it failed."""
         self._raise()
         self._queue.put(batch)
 
     def close(self) -> None:
         """Wait for queued batches to be stored; raise the writer's error if any."""
-        self._queue.put(None)
-        self._thread.join()
+        for _ in self._threads:
+            self._queue.put(None)
+        for thread in self._threads:
+            thread.join()
         self._raise()
 
     def _raise(self) -> None:
@@ -237,11 +248,16 @@ class _Writer:
             self._manifest.put(Entry(task.doc_id, found.root.as_posix(), found.source, task.content_hash,
                                      found.size, found.mtime_ns, doc.title, ids, access=doc.access.label,
                                      sidecar_hash=task.sidecar_hash))
-            if doc.access.locked:
-                self._report.locked.append(found.source)
-            if task.action == "add":
-                self._report.added += 1
-            else:
-                self._report.updated += 1
-            self._progress.file_done(found.source, None)
-            self._progress.chunks_written(len(chunks))
+            with self._record:
+                self._recorded(task, doc, len(chunks))
+
+    def _recorded(self, task: Task, doc: ParsedDoc, chunks: int) -> None:
+        found = task.found
+        if doc.access.locked:
+            self._report.locked.append(found.source)
+        if task.action == "add":
+            self._report.added += 1
+        else:
+            self._report.updated += 1
+        self._progress.file_done(found.source, None)
+        self._progress.chunks_written(chunks)

@@ -68,7 +68,8 @@ def sync(paths: Sequence[Path], settings: Settings, *, prune: bool = True, progr
             embedder = build_embedder(settings)
         spec = chunk_spec(settings, embedder) if embedder else ChunkSpec("", 0, 0, 0)
         report = run_sync(plan, embedder, store, manifest, spec, settings.parse_timeout_s, progress,
-                          settings.ingest_batch_chunks)
+                          settings.ingest_batch_chunks, parse_workers=settings.parse_workers,
+                          writers=settings.ingest_writers)
         store.sync_keyword()  # repairs what a crash (or an index older than keyword search) left out
     return plan, report
 

@@ -86,6 +86,8 @@ class Settings(BaseSettings):
     embed_dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     embed_batch_size: int = Field(default=64, ge=1)
     ingest_batch_chunks: int = Field(default=1024, ge=1)
+    parse_workers: int = Field(default=1, ge=1, le=64)
+    ingest_writers: int = Field(default=1, ge=1, le=32)
     ingest_wait_s: float = Field(default=30.0, ge=0)
     ingest_workers: int = Field(default=2, ge=1, le=64)
     chroma_url: str = ""

@@ -1,0 +1,449 @@
+"""The whole stack on one GPU: vLLM (ERNIE-4.5-0.3B-shaped, fp8 + prefix caching), a Chroma server holding an index
+ingested on the GPU, N `rag serve` workers, and a multi-process load generator. The highest request rate that holds
+TTFT p99 <= 1 s, bare vLLM against the same requests through /v1/ask.
+
+    python -m benchmarks.gpu_stack --tokenizer DIR --out results.json [--workers 1,2,4,8]   # on the GPU host
+    python -m benchmarks.gpu_stack --quick        # anywhere, in seconds: a fake LLM, a few files, CPU
+    python -m benchmarks.gpu_stack --report results.json
+
+- vLLM as benchmarks/gpu_serving.py starts it (profile `fp8`: fp8 weights, prefix caching, random weights by
+  `--load-format dummy`). Its stand-in tokenizer (SmolLM2's, 49,152 entries) is padded to ERNIE's 103,424 with
+  entries no prompt can produce, each decoding to a word (every 8th ends a sentence): a random model emits any id,
+  and an id without text would stream nothing, which the API cannot tell from a stalled model.
+- Index: python3.11-doc ingested by `rag-ingest` on the GPU (RAG_PARSE_WORKERS, RAG_INGEST_WRITERS as measured by
+  benchmarks/gpu_ingest.py) into a `chroma run` server; the workers read it (RAG_CHROMA_URL) and share the keyword
+  index file. Questions: the Python FAQ dev set, those whose retrieval finds excerpts (the others never reach the
+  LLM).
+- Bare vLLM gets exactly what the API would send for each question: our prompt builder's messages with the excerpts
+  our retriever finds, RAG_MAX_ANSWER_TOKENS, temperature 0, repetition penalty, streaming.
+- TTFT, bare: from sending the request to the first streamed chunk with text. TTFT, API: from sending POST /v1/ask
+  (stream=true) to its first `token` event: the first checked text a user sees (retrieval, prompt, the model's
+  first sentence and its grounding check, or the quotes that replace it, are inside it). With random weights the
+  model's sentences are never supported, so the API stops generating after the first and streams quoted excerpts.
+- Load: rate x DURATION requests at Poisson arrivals, for each rate of a ladder, spread over CLIENTS processes
+  (asyncio + httpx streaming in each); a rate holds when TTFT p99 <= 1 s, no request failed and the clients sent
+  on schedule (p99 lag <= 100 ms: a late client offers less than the rate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from benchmarks.common import python_docs  # noqa: E402
+from benchmarks.gpu_ingest import chroma_server, free_port, ingest_process, sample, wait_http  # noqa: E402
+from benchmarks.gpu_serving import BASE_FLAGS, PROFILES, SERVED, server_facts, write_model  # noqa: E402
+
+SLO_MS = 1000.0
+RATES = [16.0, 32.0, 48.0, 64.0, 96.0, 128.0, 160.0, 200.0, 256.0, 320.0]
+INDEX_SETTINGS = {"RAG_PARSE_WORKERS": "8", "RAG_INGEST_WRITERS": "4", "RAG_EMBED_BATCH_SIZE": "256"}
+ERNIE_VOCAB = 103_424
+
+
+def pad_tokenizer(folder: Path, size: int = ERNIE_VOCAB) -> int:
+    """Grow a byte-level BPE tokenizer.json to `size` entries: the new ones have no merges (no text ever encodes to
+    them) and decode to " z<id>" (" z<id>." for every 8th id). Returns the entries added."""
+    path = folder / "tokenizer.json"
+    spec = json.loads(path.read_text())
+    vocab = spec["model"]["vocab"]
+    taken = set(vocab.values()) | {token["id"] for token in spec.get("added_tokens", [])}
+    added = 0
+    for token_id in range(size):
+        if token_id not in taken:
+            vocab[f"\u0120z{token_id}" + ("." if token_id % 8 == 0 else "")] = token_id
+            added += 1
+    path.write_text(json.dumps(spec, ensure_ascii=False))
+    return added
+
+
+@contextmanager
+def process(command: list[str], log: Path, env: dict[str, str], health: str) -> Iterator[subprocess.Popen[bytes]]:
+    """A server process for the block, once `health` answers; terminated (then killed) after."""
+    with log.open("wb") as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **env}, cwd=REPO)
+    try:
+        wait_http(health, proc, log, seconds=900)
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def spawn_workers(stack: ExitStack, count: int, env: dict[str, str], logs: Path) -> list[tuple[str, Any, Path]]:
+    """`rag serve --no-chat` workers on loopback (no keys needed there), each its own process and port, started
+    together (their imports and model loads overlap each other and vLLM's start); stopped when the stack closes."""
+    workers = []
+    for n in range(count):
+        port, log = free_port(), logs / f"worker-{n}.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", "from ui.cli import main; main()", "serve", "--no-chat", "--port", str(port)],
+                stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **env}, cwd=REPO)
+        stack.callback(_stop, proc)
+        workers.append((f"http://127.0.0.1:{port}", proc, log))
+    return workers
+
+
+def ready(workers: list[tuple[str, Any, Path]]) -> list[str]:
+    """The workers' URLs once each answers /healthz."""
+    for url, proc, log in workers:
+        wait_http(f"{url}/healthz", proc, log, seconds=300)
+    return [url for url, _, _ in workers]
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def questions_with_excerpts(settings_env: dict[str, str], limit: int) -> list[tuple[str, list[dict[str, Any]]]]:
+    """(question, the messages /v1/ask would send to the LLM) for dev-set questions whose retrieval finds excerpts."""
+    from rag.access import LOCAL_OPERATOR
+    from rag.answer import relevant, unmentioned
+    from rag.config import Settings
+    from rag.evaluate import load_cases
+    from rag.prompt import answer_messages
+    from rag.wiring import build_retriever
+
+    chosen: dict[str, Any] = {k[4:].lower(): v for k, v in settings_env.items() if k.startswith("RAG_")}
+    settings = Settings(_env_file=None, **chosen)  # type: ignore[call-arg]
+    retriever = build_retriever(settings)
+    threshold = settings.tuning.refusal_threshold
+    found = []
+    for case in load_cases(REPO / "data" / "eval" / "python-faq" / "questions.jsonl"):
+        hits = relevant(retriever.search(case.question, settings.top_k, LOCAL_OPERATOR), threshold)
+        if hits and not unmentioned(case.question, hits):
+            found.append((case.question, [dict(m) for m in answer_messages(case.question, hits)]))
+        if len(found) >= limit:
+            break
+    return found
+
+
+def bare_body(messages: list[dict[str, Any]], model: str, max_tokens: int, penalty: float) -> dict[str, Any]:
+    """The chat request rag.llm.LLM sends for an answer."""
+    return {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0.0, "stream": True,
+            "repetition_penalty": penalty,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+
+
+async def one_bare(client: Any, url: str, body: dict[str, Any]) -> dict[str, Any]:
+    """One streamed chat completion: status, first text, end, completion tokens."""
+    sent, first, tokens, status = time.perf_counter(), None, 0, 0
+    try:
+        async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
+            status = response.status_code
+            async for line in response.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                if first is None and chunk.get("choices") and chunk["choices"][0]["delta"].get("content"):
+                    first = time.perf_counter()
+                if chunk.get("usage"):
+                    tokens = chunk["usage"]["completion_tokens"]
+    except Exception as exc:  # counted as a failure, never fatal to the cell
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:200], "sent": sent}
+    return {"ok": status == 200 and first is not None, "status": status, "sent": sent, "first": first,
+            "end": time.perf_counter(), "tokens": tokens}
+
+
+async def one_ask(client: Any, url: str, question: str) -> dict[str, Any]:
+    """One POST /v1/ask with stream=true: status, the first `token` event, end, the answer's outcome and usage."""
+    sent, first, event, done, status = time.perf_counter(), None, "", None, 0
+    try:
+        async with client.stream("POST", f"{url}/v1/ask", json={"question": question, "stream": True}) as response:
+            status = response.status_code
+            async for line in response.aiter_lines():
+                if line.startswith("event:"):
+                    event = line[6:].strip()
+                elif line.startswith("data:"):
+                    if event == "token" and first is None:
+                        first = time.perf_counter()
+                    elif event in ("done", "error"):
+                        done = json.loads(line[5:])
+    except Exception as exc:
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:200], "sent": sent}
+    answer = done or {}
+    return {"ok": status == 200 and first is not None and "error" not in answer, "status": status, "sent": sent,
+            "first": first, "end": time.perf_counter(), "tokens": answer.get("usage", {}).get("completion_tokens"),
+            "mode": answer.get("mode"), "fallback": answer.get("fallback"), "timings": answer.get("timings")}
+
+
+async def drive(kind: str, urls: list[str], payloads: list[Any], rate: float, duration: float, seed: int,
+                start_at: float) -> list[dict[str, Any]]:
+    """rate x duration requests at Poisson arrivals from wall-clock `start_at`, round robin over urls; each result
+    records how late it was sent against its schedule (a late client would offer less than the rate)."""
+    import httpx
+
+    rng = random.Random(seed)
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    async with httpx.AsyncClient(timeout=httpx.Timeout(300, connect=20), limits=limits) as client:
+        await asyncio.sleep(max(0.0, start_at - time.time()))
+        began, at, tasks = time.perf_counter(), 0.0, []
+        for n in range(seed, seed + max(1, round(rate * duration))):
+            at += rng.expovariate(rate)
+            await asyncio.sleep(max(0.0, began + at - time.perf_counter()))
+            lag = time.perf_counter() - began - at
+            url, payload = urls[n % len(urls)], payloads[n % len(payloads)]
+            tasks.append(asyncio.create_task(one_bare(client, url, payload) if kind == "bare"
+                                             else one_ask(client, url, payload)))
+            tasks[-1].add_done_callback(partial(_note_lag, lag=lag))
+        return list(await asyncio.gather(*tasks))
+
+
+def _note_lag(task: asyncio.Task[dict[str, Any]], lag: float) -> None:
+    task.result()["lag"] = lag
+
+
+def client_process(kind: str, urls: list[str], payloads: list[Any], rate: float, duration: float, seed: int,
+                   start_at: float) -> list[dict[str, Any]]:
+    """One load-generator process (its own event loop and connections)."""
+    return asyncio.run(drive(kind, urls, payloads, rate, duration, seed, start_at))
+
+
+def cell(pool: Any, clients: int, kind: str, urls: list[str], payloads: list[Any], rate: float,
+         duration: float) -> dict[str, Any]:
+    """One rate: `clients` processes share it (Poisson streams add up to one); TTFT percentiles, throughput."""
+    start_at = time.time() + 0.5
+    jobs = [(kind, urls, payloads, rate / clients, duration, 7919 * c + int(rate), start_at) for c in range(clients)]
+    results = [r for part in pool.starmap(client_process, jobs) for r in part]
+    return summarize(kind, rate, results, duration)
+
+
+def summarize(kind: str, rate: float, results: list[dict[str, Any]], duration: float) -> dict[str, Any]:
+    """TTFT p50/p99 (ms), throughput (answers over first send to last end), send lag p99, failures, tokens."""
+    good = [r for r in results if r["ok"]]
+    ttft = sorted((r["first"] - r["sent"]) * 1000 for r in good)
+    tokens = [r["tokens"] for r in good if r.get("tokens") is not None]
+    modes: dict[str, int] = {}
+    for r in good:
+        if r.get("mode"):
+            key = f"{r['mode']}:{r.get('fallback') or ''}"
+            modes[key] = modes.get(key, 0) + 1
+    errors = [r.get("error") or f"status {r.get('status')}" for r in results if not r["ok"]]
+    span = max((r["end"] for r in good), default=0.0) - min((r["sent"] for r in results), default=0.0)
+    return {"kind": kind, "rate": rate, "requests": len(results), "failed": len(errors), "errors": errors[:3],
+            "achieved_rps": round(len(good) / span, 1) if span > 0 else 0.0, "ttft_p50_ms": _pct(ttft, 50),
+            "ttft_p99_ms": _pct(ttft, 99), "lag_p99_ms": _pct(sorted(r.get("lag", 0.0) * 1000 for r in results), 99),
+            "tokens_mean": round(statistics.mean(tokens), 1) if tokens else None, "modes": modes}
+
+
+def _pct(values: list[float], p: int) -> float | None:
+    return round(values[min(len(values) - 1, int(len(values) * p / 100))], 1) if values else None
+
+
+def holds(row: dict[str, Any]) -> bool:
+    """TTFT p99 within the SLO, nothing failed, and the clients kept to the schedule (send lag p99 <= 100 ms)."""
+    return (row["failed"] == 0 and row["ttft_p99_ms"] is not None and row["ttft_p99_ms"] <= SLO_MS
+            and (row.get("lag_p99_ms") or 0.0) <= 100.0)
+
+
+def ladder(pool: Any, clients: int, kind: str, label: str, urls: list[str], payloads: list[Any], rates: list[float],
+           duration: float) -> list[dict[str, Any]]:
+    """Rates in increasing order until one does not hold (it is kept, as the first miss)."""
+    rows = []
+    for rate in rates:
+        rows.append({"config": label, **cell(pool, clients, kind, urls, payloads, rate, duration)})
+        print(json.dumps(rows[-1]), flush=True)
+        if not holds(rows[-1]):
+            break
+    return rows
+
+
+def best(rows: list[dict[str, Any]], label: str) -> float:
+    """The highest rate that held for a config (0 when none did)."""
+    return max((r["rate"] for r in rows if r["config"] == label and holds(r)), default=0.0)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Index, LLM, workers, then the ladders: bare vLLM, then /v1/ask through 1..N workers."""
+    scratch = Path(tempfile.mkdtemp(prefix="gpu-stack-"))
+    logs = Path(args.logs or scratch)
+    logs.mkdir(parents=True, exist_ok=True)
+    result: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count(), "slo_ms": SLO_MS,
+                              "clients": args.clients, "duration_s": args.duration, "rows": []}
+    try:
+        with ExitStack() as stack, multiprocessing.get_context("spawn").Pool(args.clients) as pool:
+            docs = Path(args.docs) if args.docs else python_docs(["faq" if args.quick else "all"], scratch / "docs")
+            if args.quick:
+                docs = sample(docs, scratch / "sample", 8)
+            url = stack.enter_context(chroma_server(scratch / "chroma"))
+            env = {"RAG_CHROMA_URL": url, "RAG_DATA_DIR": str(scratch / "data"), "RAG_EMBED_DEVICE": "cpu"}
+            indexed = ingest_process(docs, {**env, **INDEX_SETTINGS, "RAG_EMBED_DEVICE": args.ingest_device},
+                                     scratch / "data")
+            result["index"] = indexed["report"] | {"wall_s": indexed["wall_s"]}
+            port, model = free_port(), "fake" if args.quick else SERVED
+            env |= {"RAG_LLM_BASE_URL": f"http://127.0.0.1:{port}/v1", "RAG_LLM_MODEL": model,
+                    "RAG_MAX_CONCURRENT_GENERATIONS": "256", "OMP_NUM_THREADS": str(args.omp_threads)}
+            spawned = spawn_workers(stack, max(args.workers), env, logs)
+            llm_url = stack.enter_context(llm_server(args, port, scratch, logs, result))
+            workers = ready(spawned)
+            asked = questions_with_excerpts(env, args.questions)
+            if not asked:
+                raise RuntimeError("no dev-set question finds excerpts in this index: nothing would reach the LLM")
+            result["questions"] = len(asked)
+            from rag.config import Settings
+
+            defaults = Settings(_env_file=None)  # type: ignore[call-arg]
+            bodies = [bare_body(m, model, defaults.max_answer_tokens, defaults.llm_repetition_penalty)
+                      for _, m in asked]
+            ladder(pool, args.clients, "bare", "bare", [llm_url], bodies, args.rates[:2], 2.0)  # warm-up, dropped
+            result["rows"] += ladder(pool, args.clients, "bare", "bare", [llm_url], bodies, args.rates, args.duration)
+            questions = [q for q, _ in asked]
+            for n in args.workers:
+                result["rows"] += ladder(pool, args.clients, "ask", f"api-{n}", workers[:n], questions, args.rates,
+                                         args.duration)
+                _save(args, result)
+            result["gpu_memory_mib"] = _gpu_memory()
+    finally:
+        _save(args, result)
+        shutil.rmtree(scratch, ignore_errors=True)
+    return result
+
+
+def _save(args: argparse.Namespace, result: dict[str, Any]) -> None:
+    bare = best(result["rows"], "bare")
+    labels = dict.fromkeys(row["config"] for row in result["rows"])
+    result["best"] = {label: best(result["rows"], label) for label in labels}
+    result["ratio_to_bare"] = {k: round(v / bare, 3) for k, v in result["best"].items() if bare and k != "bare"}
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=1))
+
+
+@contextmanager
+def llm_server(args: argparse.Namespace, port: int, scratch: Path, logs: Path, result: dict[str, Any]) -> Iterator[str]:
+    """vLLM with the fp8 production profile on the ERNIE-shaped model, or (quick) the fake LLM: its URL."""
+    if args.quick:
+        command = [sys.executable, "-m", "benchmarks.gpu_stack", "--fake-llm", str(port)]
+        with process(command, logs / "fake-llm.log", {}, f"http://127.0.0.1:{port}/health"):
+            yield f"http://127.0.0.1:{port}"
+        return
+
+    model = scratch / "ernie-4.5-0.3b-shaped"
+    write_model(model, Path(args.tokenizer))
+    result["tokenizer_padded"] = pad_tokenizer(model)
+    command = [args.python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--served-model-name",
+               SERVED, "--host", "127.0.0.1", "--port", str(port), *BASE_FLAGS, *PROFILES["fp8"]]
+    started = time.perf_counter()
+    with process(command, logs / "vllm.log", {}, f"http://127.0.0.1:{port}/health"):
+        result["vllm"] = {**server_facts(logs / "vllm.log"), "start_s": round(time.perf_counter() - started, 1),
+                          "flags": command[8:]}
+        yield f"http://127.0.0.1:{port}"
+
+
+def _gpu_memory() -> str | None:
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.used", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=20).stdout.strip() or None
+    except OSError:
+        return None
+
+
+def fake_llm(port: int) -> None:
+    """An OpenAI-compatible streaming server for --quick: answers with the first excerpt's opening words, a token
+    every millisecond (grounded, so the API streams the model's own sentences)."""
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, StreamingResponse
+    from starlette.routing import Route
+
+    async def chat(request: Request) -> StreamingResponse:
+        body = await request.json()
+        text = body["messages"][-1]["content"].split("\n\n")[1]
+        words = " ".join(text.split()[2:40]).split(" ")
+
+        async def events() -> Any:
+            for n, word in enumerate(words):
+                await asyncio.sleep(0.001)
+                usage = {"prompt_tokens": 100, "completion_tokens": n + 1, "total_tokens": n + 101}
+                chunk = {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "fake",
+                         "choices": [{"index": 0, "delta": {"content": (" " if n else "") + word},
+                                      "finish_reason": None}], "usage": usage}
+                yield f"data: {json.dumps(chunk)}\n\n"
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    app = Starlette(routes=[Route("/health", lambda r: JSONResponse({})),
+                            Route("/v1/models", lambda r: JSONResponse({"data": [{"id": "fake"}]})),
+                            Route("/v1/chat/completions", chat, methods=["POST"])])
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+
+
+def report(paths: list[Path]) -> None:
+    """Per config: each rate's TTFT and achieved rate; the best rate holding the SLO and its ratio to bare vLLM."""
+    for path in paths:
+        result = json.loads(path.read_text())
+        print(f"{result['date']} · {result.get('gpu_memory_mib') or 'CPU'} · {result['cpus']} CPUs · vLLM "
+              f"{result.get('vllm', {}).get('vllm', '-')} · {result['clients']} client processes · "
+              f"{result['duration_s']} s a cell · {result['questions']} questions\n")
+        print("| config | offered req/s | answers/s | TTFT p50 ms | TTFT p99 ms | send lag p99 ms | failed | output "
+              "tokens | holds |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for r in result["rows"]:
+            print(f"| {r['config']} | {r['rate']:g} | {r['achieved_rps']} | {r['ttft_p50_ms']} | {r['ttft_p99_ms']} | "
+                  f"{r['lag_p99_ms']} | {r['failed']} | {r['tokens_mean']} | {'yes' if holds(r) else 'no'} |")
+        print("\nbest rate holding TTFT p99 <= 1 s: " + ", ".join(f"{k} {v:g}" for k, v in result["best"].items()) +
+              "; ratio to bare: " + ", ".join(f"{k} {v}" for k, v in result["ratio_to_bare"].items()))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fake LLM, a few files, CPU: a smoke test in seconds")
+    parser.add_argument("--tokenizer", help="a tokenizer folder with a chat template (vocabulary < 103,424)")
+    parser.add_argument("--docs", help="the folder to ingest (default: python3.11-doc, fetched into data/cache)")
+    parser.add_argument("--workers", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 4, 8])
+    parser.add_argument("--rates", type=lambda s: [float(x) for x in s.split(",")], default=RATES)
+    parser.add_argument("--duration", type=float, default=6.0, help="seconds of arrivals per cell")
+    parser.add_argument("--clients", type=int, default=max(2, (os.cpu_count() or 2) // 3))
+    parser.add_argument("--questions", type=int, default=200)
+    parser.add_argument("--omp-threads", type=int, default=2, help="OMP_NUM_THREADS of each worker")
+    parser.add_argument("--ingest-device", default="cuda")
+    parser.add_argument("--python", default=sys.executable, help="the interpreter that has vLLM")
+    parser.add_argument("--logs", default=os.environ.get("OUT"))
+    parser.add_argument("--out", help="write the results here (JSON)")
+    parser.add_argument("--report", nargs="+", type=Path)
+    parser.add_argument("--fake-llm", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.fake_llm:
+        fake_llm(args.fake_llm)
+        return
+    if args.report:
+        report(args.report)
+        return
+    if args.quick:
+        args.workers, args.rates, args.duration, args.clients = [1], [4.0, 8.0], 1.0, 2
+        args.questions, args.ingest_device = 4, "cpu"
+    if not args.quick and not args.tokenizer:
+        parser.error("--tokenizer is needed to serve the ERNIE-shaped model")
+    run(args)
+    if args.out:
+        report([Path(args.out)])
+
+
+if __name__ == "__main__":
+    main()
