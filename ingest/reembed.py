@@ -20,7 +20,7 @@ from rag.config import Settings
 from rag.embedder import Embedder
 from rag.errors import ConfigError
 from rag.store import ChromaStore
-from rag.wiring import build_chroma_client, build_embedder, keyword_path
+from rag.wiring import build_chroma_client, build_embedder, copy_shared_keyword_index, drop_keyword_index, keyword_path
 
 if TYPE_CHECKING:
     from chromadb.api import ClientAPI
@@ -83,6 +83,9 @@ def _build(settings: Settings, client: ClientAPI, source_and_model: tuple[str, s
 
 
 def _copy_keyword(settings: Settings, source: str, generation: str) -> None:
+    if settings.keyword_db_url:  # shared by replicas in PostgreSQL: copied there
+        copy_shared_keyword_index(settings, source, generation)
+        return
     origin, target = keyword_path(settings, source), keyword_path(settings, generation)
     if not origin.exists():
         return  # rebuilt from the new collection by the next sync (Index.sync_keyword)
@@ -100,7 +103,7 @@ def _copy_manifest(before: Manifest, after: Manifest) -> int:
 
 def _drop(settings: Settings, client: ClientAPI, name: str) -> None:
     ChromaStore.drop(client, name)
-    keyword_path(settings, name).unlink(missing_ok=True)
+    drop_keyword_index(settings, name)
     with open_manifest(settings, name) as manifest:
         manifest.clear()
 

@@ -141,6 +141,26 @@ def build_keyword_index(settings: Settings, collection: str) -> KeywordStore:
     return KeywordIndex(keyword_path(settings, collection))
 
 
+def copy_shared_keyword_index(settings: Settings, source: str, target: str) -> None:
+    """Copy a collection's keyword index in RAG_KEYWORD_DB_URL to another collection's name (a re-embed)."""
+    index = PgKeywordIndex(settings.keyword_db_url, source)
+    try:
+        index.copy_to(target).close()
+    finally:
+        index.close()
+
+
+def drop_keyword_index(settings: Settings, collection: str) -> None:
+    """Delete a collection's keyword index: its SQLite file, and its rows in RAG_KEYWORD_DB_URL when set."""
+    keyword_path(settings, collection).unlink(missing_ok=True)
+    if settings.keyword_db_url:
+        index = PgKeywordIndex(settings.keyword_db_url, collection)
+        try:
+            index.drop()
+        finally:
+            index.close()
+
+
 def build_store(settings: Settings, client: ClientAPI | None = None, collection: str | None = None) -> Index:
     """The configured (or the given) collection, opened on the given or a freshly built Chroma client, with its
     keyword index."""

@@ -19,11 +19,12 @@ from rag.config import Settings
 from rag.embedder import Embedder
 from rag.errors import ConfigError, StoreUnavailable
 from rag.evaluate import load_cases
-from rag.keyword import KeywordIndex
+from rag.index import KeywordSearch
+from rag.keyword import Admits, KeywordIndex
 from rag.keyword_pg import PgKeywordIndex, connection_url, redacted
 from rag.retrieve import Retriever
 from rag.types import Chunk
-from rag.wiring import build_store
+from rag.wiring import build_keyword_index, build_store, copy_shared_keyword_index, drop_keyword_index
 from tests.conftest import REPO, SAMPLES, CountingEmbedder, PostgresServer, free_port
 
 EVAL = REPO / "data" / "eval"
@@ -60,9 +61,9 @@ def questions() -> list[str]:
     return [*asked, "python python python list", "zyzzyva quux", "the of and", "软件包 软件包 apt"]
 
 
-def scores(index: KeywordIndex | PgKeywordIndex, query: str, **kwargs: object) -> dict[str, tuple[float, float]]:
+def scores(index: KeywordSearch, query: str, admits: Admits | None = None) -> dict[str, tuple[float, float]]:
     """Every matching chunk's (score, coverage)."""
-    return {hit.chunk_id: (hit.score, hit.coverage) for hit in index.search(query, 10_000, **kwargs)}  # type: ignore[arg-type]
+    return {hit.chunk_id: (hit.score, hit.coverage) for hit in index.search(query, 10_000, admits=admits)}
 
 
 def assert_same(expected: dict[str, tuple[float, float]], got: dict[str, tuple[float, float]]) -> None:
@@ -142,7 +143,8 @@ def test_access_is_filtered_inside_the_query(pg: PgKeywordIndex, db_url: str) ->
 def test_a_label_the_index_does_not_know_reads_as_locked(pg: PgKeywordIndex) -> None:
     pg.add([Chunk("odd", "payroll", "o.md", "o", "", 0, access=DocAccess(("hr",)))])
     with pg._write() as (cur, _):  # a row written by something else, with a label no DocAccess makes
-        cur.execute("UPDATE rag_keyword_chunks SET access = '|bad name|'")
+        for table in ("rag_keyword_chunks", "rag_keyword_postings"):
+            cur.execute(f"UPDATE {table} SET access = '|bad name|'")
         cur.execute("UPDATE rag_keyword_labels SET access = '|bad name|'")
     seen: list[str] = []
 
@@ -170,10 +172,26 @@ def test_bad_or_unreachable_databases_name_the_setting(tmp_path: Path) -> None:
 
 def test_a_failed_write_keeps_what_was_stored(pg: PgKeywordIndex) -> None:
     pg.add([Chunk("a", "payroll dates", "a.md", "a", "", 0)])
-    with pytest.raises(Exception, match=r"NUL|0x00"):  # PostgreSQL text refuses NUL: the write fails half-way
+    with pytest.raises(StoreUnavailable, match=r"RAG_KEYWORD_DB_URL failed: .*(NUL|0x00)"):  # text refuses NUL:
+        # the write fails half-way, after the old row was deleted
         pg.add([Chunk("a", "replaced", "a.md", "a", "", 0), Chunk("b\x00", "payroll", "b.md", "b", "", 0)])
     assert [hit.chunk_id for hit in pg.search("payroll", 5)] == ["a"]
     assert pg.revision() == 1
+
+
+def test_a_re_embed_copies_the_index_to_the_new_generation_and_drops_old_ones(tmp_path: Path, db_url: str) -> None:
+    settings = Settings(data_dir=tmp_path, keyword_db_url=db_url, _env_file=None)  # type: ignore[call-arg]
+    source = build_keyword_index(settings, "docs")
+    source.add(corpus()[:50])
+    source.set_access([c.chunk_id for c in corpus()[:10]], HR)
+    copy_shared_keyword_index(settings, "docs", "docs--e5")
+    copy = build_keyword_index(settings, "docs--e5")
+    admits = functools.partial(AccessPolicy().label_allows, ENG_READER)
+    for query in ("How do I sort a list?", "软件包"):
+        assert_same(scores(source, query), scores(copy, query))
+        assert_same(scores(source, query, admits=admits), scores(copy, query, admits=admits))
+    drop_keyword_index(settings, "docs")
+    assert build_keyword_index(settings, "docs").ids() == set() and len(copy.ids()) == 50
 
 
 def test_hybrid_retrieval_over_postgres_gives_the_embedded_top_3(tmp_path: Path, db_url: str,
