@@ -127,7 +127,8 @@ class _Pool:
         import psycopg
 
         try:
-            return psycopg.connect(self.url, connect_timeout=max(1, math.ceil(self._timeout_s)))
+            # autocommit: each unit of work is one explicit transaction() block, and an idle connection holds none open
+            return psycopg.connect(self.url, autocommit=True, connect_timeout=max(1, math.ceil(self._timeout_s)))
         except psycopg.Error as exc:
             raise StoreUnavailable(f"cannot reach the keyword database at {SETTING}={redacted(self.url)}: "
                                    f"{str(exc).strip()}") from exc

@@ -8,6 +8,7 @@ import functools
 import json
 import re
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -155,6 +156,15 @@ def test_a_label_the_index_does_not_know_reads_as_locked(pg: PgKeywordIndex) -> 
     assert pg.search("payroll", 5, admits=admits) == []
     assert seen == ["locked"]
     assert [hit.chunk_id for hit in pg.search("payroll", 5, admits=lambda label: True)] == ["odd"]
+
+
+def test_replicas_starting_at_once_create_the_tables_once(db_url: str) -> None:
+    with ThreadPoolExecutor(4) as pool:  # CREATE TABLE IF NOT EXISTS alone fails when two run at the same moment
+        indexes = list(pool.map(lambda n: PgKeywordIndex(db_url, f"c{n % 2}"), range(4)))
+    indexes[0].add([Chunk("a", "payroll", "a.md", "a", "", 0)])
+    assert [index.ids() for index in indexes] == [{"a"}, set(), {"a"}, set()]
+    for index in indexes:
+        index.close()
 
 
 def test_bad_or_unreachable_databases_name_the_setting(tmp_path: Path) -> None:
