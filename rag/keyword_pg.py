@@ -284,8 +284,9 @@ class PgKeywordIndex:
             return int(_one(cur))
 
     def warm(self) -> None:
-        """Open a connection and load jieba's dictionary now, so the first question does not wait for them."""
-        self.revision()
+        """Open a connection, copy the labels and load jieba's dictionary now, so the first question does not wait."""
+        with self._pool.transaction() as cur:
+            self._labels.current(cur, self._ns)
         tokenize("预热")
 
     def search(self, query: str, k: int, include: Sequence[str] = (), admits: Admits | None = None) -> list[KeywordHit]:
