@@ -112,9 +112,11 @@ def _chunked(live: Live, path: str, total: int, headers: dict[str, str], prefix:
     sent, block = 0, b"x" * 65536
     with socket.create_connection(live.address, timeout=10) as sock:
         sock.sendall(_head(path, {"Transfer-Encoding": "chunked", **headers}))
+        answered = select.poll()  # not select(): it fails on descriptors above 1024
+        answered.register(sock, select.POLLIN)
         try:
             for chunk in [prefix] * bool(prefix) + [block] * (total // len(block)):
-                if select.select([sock], [], [], 0)[0]:
+                if answered.poll(0):
                     break  # the server answered early
                 sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                 sent += len(chunk)
