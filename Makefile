@@ -21,6 +21,8 @@ export TOKENIZERS_PARALLELISM := false
 .PHONY: setup demo test lint llm bench bench-quick clean
 
 setup: $(VENV)/.synced $(VLLM_VENV)/.synced $(MODEL_DIR)/config.json
+	@# The CPU embedder runs the model exported to ONNX: export it now (once; cached), not in the first ingest.
+	@$(BIN)/python -m rag.onnx_embedder >/dev/null
 
 uv-installed:
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet "uv>=0.5"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -14,8 +14,22 @@ if TYPE_CHECKING:
 Vectors = npt.NDArray[np.float32]
 
 
-class Embedder:
-    """Wraps one SentenceTransformer; the only place that turns text into vectors."""
+class Embedder(Protocol):
+    """Turns text into normalized vectors: the torch embedder below, or rag.onnx_embedder's on CPUs."""
+
+    name: str
+    batch_size: int
+
+    @property
+    def max_tokens(self) -> int: ...
+    @property
+    def dimension(self) -> int: ...
+    def embed_documents(self, texts: Sequence[str]) -> Vectors: ...
+    def embed_query(self, text: str) -> Vectors: ...
+
+
+class TorchEmbedder:
+    """Wraps one SentenceTransformer (on a GPU, or on CPUs with RAG_EMBED_BACKEND=torch)."""
 
     def __init__(self, model: SentenceTransformer, name: str, batch_size: int = 64) -> None:
         self._model = model

@@ -1,4 +1,4 @@
-"""The only place where concrete clients (SentenceTransformer, Chroma) are built from Settings."""
+"""The only place where concrete clients (the embedder, Chroma, the LLM) are built from Settings."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from rag import filelock
 from rag.answer import QueryEngine
 from rag.collections import CollectionRegistry
 from rag.config import BUNDLED_E5_MODEL, BUNDLED_EMBED_MODEL, Settings
-from rag.embedder import Embedder
+from rag.embedder import Embedder, TorchEmbedder
 from rag.errors import ConfigError, StoreInUse, StoreUnavailable
 from rag.feedback import FeedbackStore
 from rag.index import Index, KeywordStore
@@ -22,6 +22,7 @@ from rag.keyword import KeywordIndex
 from rag.keyword_pg import PgKeywordIndex
 from rag.llm import LLM
 from rag.llm_server import BF16_FLAGS, cpu_flags
+from rag.onnx_embedder import ModelFolder, load_onnx_embedder, onnx_file
 from rag.rerank import CrossEncoderReranker
 from rag.retrieve import Fusion, Retriever
 from rag.sanitize import LinkPolicy
@@ -73,24 +74,48 @@ def embed_dtype(settings: Settings) -> str:
 
 
 def build_embedder(settings: Settings) -> Embedder:
-    """Load the Sentence-BERT model named by RAG_EMBED_MODEL (no network: the hub is never asked)."""
+    """Load the Sentence-BERT model named by RAG_EMBED_MODEL (no network: the hub is never asked) on the backend
+    RAG_EMBED_BACKEND picks."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import torch
-    from sentence_transformers import SentenceTransformer
-
     path = resolve_embed_model(settings.embed_model)
-    dtype = getattr(torch, embed_dtype(settings))
+    folder = ModelFolder.read(Path(path))
     try:
-        model = SentenceTransformer(path, device=settings.embed_device, model_kwargs={"torch_dtype": dtype})
+        if embed_backend(settings, folder) == "onnx":
+            assert folder is not None
+            embedder: Embedder = load_onnx_embedder(folder, onnx_file(folder, model_cache_dir()),
+                                                    settings.embed_model, settings.embed_batch_size)
+        else:
+            embedder = _torch_embedder(settings, path)
+    except ConfigError:
+        raise
     except Exception as exc:
         raise ConfigError(f"cannot load embedding model {settings.embed_model!r} ({path}): {exc}") from exc
-    embedder = Embedder(model, name=settings.embed_model, batch_size=settings.embed_batch_size)
     if settings.chunk_tokens > embedder.max_tokens:
         raise ConfigError(
             f"RAG_CHUNK_TOKENS={settings.chunk_tokens} exceeds what {settings.embed_model} reads "
             f"({embedder.max_tokens} tokens): chunks would be truncated"
         )
     return embedder
+
+
+def embed_backend(settings: Settings, folder: ModelFolder | None) -> str:
+    """"onnx" or "torch": auto takes ONNX Runtime for float32 on CPU where the model folder is one it reproduces."""
+    if settings.embed_backend == "onnx" and folder is None:
+        raise ConfigError(f"RAG_EMBED_BACKEND=onnx cannot run {settings.embed_model!r}: it needs a local "
+                          "sentence-transformers folder of Transformer, mean or CLS Pooling and Normalize")
+    if settings.embed_backend != "auto":
+        return settings.embed_backend
+    on_cpu = settings.embed_device == "cpu" and settings.embed_dtype in ("auto", "float32")
+    return "onnx" if on_cpu and folder is not None else "torch"
+
+
+def _torch_embedder(settings: Settings, path: str) -> TorchEmbedder:
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    dtype = getattr(torch, embed_dtype(settings))
+    model = SentenceTransformer(path, device=settings.embed_device, model_kwargs={"torch_dtype": dtype})
+    return TorchEmbedder(model, name=settings.embed_model, batch_size=settings.embed_batch_size)
 
 
 CHROMA_TOKEN_PROVIDER = "chromadb.auth.token_authn.TokenAuthClientProvider"

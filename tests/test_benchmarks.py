@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import answers_during_ingest, api_throughput
+from benchmarks import answers_during_ingest, api_throughput, ingest_throughput
 from benchmarks.common import server_process
 from rag.config import Settings
 from tests.conftest import REPO, free_port
 
-# Benchmark → lines its quick mode must print (a start of line each). ingest_throughput and keyword_writes have
-# their own tests.
+# Benchmark → lines its quick mode must print (a start of line each). ingest_throughput, answers_during_ingest
+# and keyword_writes have their own tests.
 QUICK = {
     "access_latency": ["variant", "hybrid 3 groups", "worst filtered/unfiltered p50 ratio: ", "access violations"],
     "calibrate_refusal": ["answerable: 20 questions", "off-topic:  10 questions", "threshold "],
@@ -51,6 +51,14 @@ def test_answers_during_ingest_quick(capsys: pytest.CaptureFixture[str]) -> None
     answers_during_ingest.main(["--quick"])
     out = capsys.readouterr().out
     assert "ingest through POST /v1/sync: " in out and "p99 during / idle: " in out
+
+
+def test_ingest_throughput_quick(capsys: pytest.CaptureFixture[str]) -> None:
+    # Without LangChain's side here: its process alone imports torch for ~10 s; `make bench` runs both.
+    ingest_throughput.main(["--quick", "--no-langchain"])
+    assert_prints(capsys.readouterr().out.splitlines(), [
+        "machine: ", "corpus: data/samples/en *.md: ", "(a) pipeline ÷ encode() of the same ",
+        "(c) unchanged re-run ÷ first run: ", "(d) whole processes, start to exit: rag-ingest "])
 
 
 @pytest.mark.parametrize("name", sorted(QUICK))

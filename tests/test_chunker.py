@@ -19,7 +19,7 @@ def _chunks(text: str, size: int = 120, overlap: int = 20, headings: tuple[str, 
 def test_embedder_window_is_minilm_256_minus_specials(real_embedder: Embedder) -> None:
     assert real_embedder.max_tokens == 254
     # The parse worker's counter (tokenizers alone) agrees with the tokenizer the embedder itself runs.
-    model_tokens = real_embedder._model.tokenizer("hello world, 你好", add_special_tokens=False)["input_ids"]
+    model_tokens = real_embedder._tokenizer.encode("hello world, 你好", add_special_tokens=False).ids  # type: ignore[attr-defined]
     assert COUNT("hello world, 你好") == len(model_tokens) == 5
 
 

@@ -1,0 +1,72 @@
+"""The ONNX Runtime embedder gives sentence-transformers' float32 vectors, starts without torch, and is chosen only
+where it reproduces the model."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rag.config import BUNDLED_E5_MODEL, BUNDLED_EMBED_MODEL, Settings
+from rag.errors import ConfigError
+from rag.onnx_embedder import ModelFolder, OnnxEmbedder
+from rag.wiring import build_embedder, embed_backend, resolve_embed_model
+from tests.conftest import REPO, SAMPLES
+
+
+def _texts() -> list[str]:
+    texts = []
+    for path in sorted(SAMPLES.rglob("*.md")) + sorted(SAMPLES.rglob("*.txt")):
+        text = path.read_text(encoding="utf-8")
+        texts += [text[i:i + 900] for i in range(0, min(len(text), 4500), 900)]
+    # Lengths from one word to the model's limit, and Chinese, so padding and truncation are both exercised.
+    return [*[t for t in texts if t.strip()][:60], "word", "数据库需要定期清理以回收空间。" * 80]
+
+
+@pytest.mark.parametrize("model", [BUNDLED_EMBED_MODEL, BUNDLED_E5_MODEL])
+def test_onnx_vectors_equal_torch_float32(model: str) -> None:
+    onnx = build_embedder(Settings(embed_model=model, embed_backend="onnx", _env_file=None))  # type: ignore[call-arg]
+    torch = build_embedder(Settings(embed_model=model, embed_backend="torch", embed_dtype="float32",
+                                    _env_file=None))  # type: ignore[call-arg]
+    assert isinstance(onnx, OnnxEmbedder)
+    texts = _texts()
+    cosines = (onnx.embed_documents(texts) * torch.embed_documents(texts)).sum(axis=1)
+    assert cosines.min() > 0.99999, cosines.min()
+    for question in ["How do I request leave?", "年假怎么申请？"]:
+        assert float(onnx.embed_query(question) @ torch.embed_query(question)) > 0.99999
+    assert (onnx.max_tokens, onnx.dimension) == (torch.max_tokens, torch.dimension)
+    assert onnx.embed_documents([]).shape == (0, onnx.dimension)
+
+
+def test_auto_takes_onnx_on_cpu_in_float32_only(tmp_path: Path) -> None:
+    folder = ModelFolder.read(Path(resolve_embed_model(BUNDLED_EMBED_MODEL)))
+    assert folder is not None
+
+    def backend(**kw: str) -> str:
+        return embed_backend(Settings(_env_file=None, **kw), folder)  # type: ignore[call-arg,arg-type]
+
+    assert backend() == "onnx"
+    assert backend(embed_dtype="bfloat16") == "torch"
+    assert backend(embed_device="cuda") == "torch"
+    assert backend(embed_backend="torch") == "torch"
+    # A folder with a module the ONNX embedder does not reproduce: auto takes torch, onnx says why it cannot.
+    odd = tmp_path / "odd"
+    odd.mkdir()
+    (odd / "modules.json").write_text(json.dumps([{"path": "", "type": "sentence_transformers.models.Dense"}]))
+    assert ModelFolder.read(odd) is None
+    assert embed_backend(Settings(_env_file=None), None) == "torch"  # type: ignore[call-arg]
+    with pytest.raises(ConfigError, match="RAG_EMBED_BACKEND=onnx"):
+        embed_backend(Settings(embed_backend="onnx", _env_file=None), None)  # type: ignore[call-arg]
+
+
+def test_a_process_embeds_without_importing_torch(real_embedder: OnnxEmbedder) -> None:
+    code = ("import sys; from rag.config import Settings; from rag.wiring import build_embedder; "
+            "e = build_embedder(Settings()); e.embed_query('hello'); "
+            "print(sorted(m for m in ('torch', 'transformers', 'sentence_transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stderr
+    assert np.isclose(np.linalg.norm(real_embedder.embed_query("hello")), 1.0)
