@@ -15,7 +15,8 @@ TTFT p99 <= 1 s, bare vLLM against the same requests through /v1/ask.
   index file. Questions: the Python FAQ dev set, those whose retrieval finds excerpts (the others never reach the
   LLM).
 - Bare vLLM gets exactly what the API would send for each question: our prompt builder's messages with the excerpts
-  our retriever finds, RAG_MAX_ANSWER_TOKENS, temperature 0, repetition penalty, streaming.
+  our retriever finds, RAG_MAX_ANSWER_TOKENS, temperature 0, repetition penalty, streaming. `--bare-tokens 256,19`
+  adds an anchor capped at 19 tokens: what the API let a random model write before its loop guard stopped it.
 - TTFT, bare: from sending the request to the first streamed chunk with text. TTFT, API: from sending POST /v1/ask
   (stream=true) to its first `token` event: the first checked text a user sees (retrieval, prompt, the model's
   first sentence and its grounding check, or the quotes that replace it, are inside it). With random weights the
@@ -308,10 +309,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             from rag.config import Settings
 
             defaults = Settings(_env_file=None)  # type: ignore[call-arg]
-            bodies = [bare_body(m, model, defaults.max_answer_tokens, defaults.llm_repetition_penalty)
-                      for _, m in asked]
-            ladder(pool, args.clients, "bare", "bare", [llm_url], bodies, args.rates[:2], 2.0)  # warm-up, dropped
-            result["rows"] += ladder(pool, args.clients, "bare", "bare", [llm_url], bodies, args.rates, args.duration)
+            for n, tokens in enumerate(args.bare_tokens or [defaults.max_answer_tokens]):
+                # Each anchor: the API's requests with this many output tokens at most (the default: what the API
+                # asks for; a small one: what the API's early stop lets the model write).
+                bodies = [bare_body(m, model, tokens, defaults.llm_repetition_penalty) for _, m in asked]
+                label = "bare" if n == 0 else f"bare-{tokens}"
+                if n == 0:
+                    ladder(pool, args.clients, "bare", label, [llm_url], bodies, args.rates[:2], 2.0)  # warm-up
+                result["rows"] += ladder(pool, args.clients, "bare", label, [llm_url], bodies, args.rates,
+                                         args.duration)
             questions = [q for q, _ in asked]
             for n in args.workers:
                 result["rows"] += ladder(pool, args.clients, "ask", f"api-{n}", workers[:n], questions, args.rates,
@@ -421,6 +427,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--duration", type=float, default=6.0, help="seconds of arrivals per cell")
     parser.add_argument("--clients", type=int, default=max(2, (os.cpu_count() or 2) // 3))
     parser.add_argument("--questions", type=int, default=200)
+    parser.add_argument("--bare-tokens", type=lambda s: [int(x) for x in s.split(",")], default=None,
+                        help="max_tokens of the bare anchors (first: `bare`; default RAG_MAX_ANSWER_TOKENS)")
     parser.add_argument("--omp-threads", type=int, default=2, help="OMP_NUM_THREADS of each worker")
     parser.add_argument("--ingest-device", default="cuda")
     parser.add_argument("--python", default=sys.executable, help="the interpreter that has vLLM")
