@@ -35,9 +35,9 @@ from rag.wiring import build_embedder, build_store, embed_backend, embed_dtype, 
 NAN = float("nan")
 
 
-def ours(corpus: Path, work: Path, recall: bool = True) -> dict[str, float]:
+def ours(corpus: Path, work: Path, backend: str = "auto", recall: bool = True) -> dict[str, float]:
     """First ingest, encode()-only on the same texts, unchanged re-run, and recall@3."""
-    settings = Settings(data_dir=work / "ours", _env_file=None)  # type: ignore[call-arg]
+    settings = Settings(data_dir=work / f"ours-{backend}", embed_backend=backend, _env_file=None)  # type: ignore[call-arg]
     warm_parsers().join()  # as in rag-ingest, where the parser server starts while the model loads
     embedder = build_embedder(settings)
     embedder.embed_documents(["warm up the model"] * 8)
@@ -80,10 +80,11 @@ def langchain_plain(corpus: Path, work: Path, recall: bool = True) -> dict[str, 
     return {"seconds": seconds, "chunks": len(chunks), "recall3": recall_at(results, pairs, 3) if pairs else NAN}
 
 
-def whole_processes(corpus: Path, work: Path, langchain: bool) -> dict[str, float]:
+def whole_processes(corpus: Path, work: Path, backend: str, langchain: bool) -> dict[str, float]:
     """Seconds from start to exit of `rag-ingest CORPUS` and of a process running the LangChain ingest, as a user
     runs them: imports, model load and start-up included."""
-    env = {**os.environ, "RAG_DATA_DIR": str(work / "process-ours"), "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "RAG_DATA_DIR": str(work / "process-ours"), "RAG_EMBED_BACKEND": backend,
+           "HF_HUB_OFFLINE": "1"}
     started = time.perf_counter()
     subprocess.run([str(Path(sys.executable).parent / "rag-ingest"), str(corpus)], env=env, check=True,
                    stdout=subprocess.DEVNULL)
@@ -101,6 +102,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--subdirs", nargs="+", default=["all"], help="python3.11-doc folders, or all")
     parser.add_argument("--no-langchain", action="store_true", help="Measure (a) and (c) only.")
     parser.add_argument("--quick", action="store_true", help="data/samples' Markdown, no recall: seconds.")
+    parser.add_argument("--backends", default="auto", help="Comma-separated RAG_EMBED_BACKEND values to compare "
+                        "in (a)-(c), e.g. auto,torch,onnx-int8 ((d) runs the first).")
     parser.add_argument("--langchain-process", nargs=2, metavar=("CORPUS", "WORK"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.langchain_process:
@@ -111,21 +114,27 @@ def main(argv: list[str] | None = None) -> None:
         corpus = sample_docs(True, work / "corpus") if args.quick else python_docs(args.subdirs, work / "corpus")
         name = "data/samples/en *.md" if args.quick else f"python3.11-doc {'+'.join(args.subdirs)}"
         mb = corpus_bytes(corpus) / 1e6
-        a = ours(corpus, work, recall=not args.quick)
+        backends = args.backends.split(",")
+        results = {backend: ours(corpus, work, backend, recall=not args.quick) for backend in backends}
         b = {"seconds": NAN, "chunks": 0, "recall3": NAN} if args.no_langchain \
             else langchain_plain(corpus, work, recall=not args.quick)
-        d = whole_processes(corpus, work, langchain=not args.no_langchain)
-    _print(name, mb, a, b, d)
-
-
-def _print(name: str, mb: float, a: dict[str, float], b: dict[str, float], d: dict[str, float]) -> None:
-    settings = Settings(_env_file=None)  # type: ignore[call-arg]
-    folder = ModelFolder.read(Path(resolve_embed_model(settings.embed_model)))
-    backend = embed_backend(settings, folder)
-    dtype = "float32" if backend == "onnx" else embed_dtype(settings)
+        d = whole_processes(corpus, work, backends[0], langchain=not args.no_langchain)
     bf16 = "native bf16" if cpu_flags() & BF16_FLAGS else "no native bf16"
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, {bf16}; "
-          f"embedder {backend} {dtype}")
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, {bf16}")
+    for backend, a in results.items():
+        _print(name, mb, backend, a, b)
+    print(f"(d) whole processes, start to exit: rag-ingest ({_embedder(backends[0])}) {d['ours']:.1f} s, "
+          f"LangChain {d['langchain']:.1f} s: {d['langchain'] / d['ours']:.2f}×  (goal ≥ 2)")
+
+
+def _embedder(backend: str) -> str:
+    settings = Settings(embed_backend=backend, _env_file=None)  # type: ignore[call-arg]
+    chosen = embed_backend(settings, ModelFolder.read(Path(resolve_embed_model(settings.embed_model))))
+    return f"{chosen} {'int8' if chosen == 'onnx-int8' else 'float32' if chosen == 'onnx' else embed_dtype(settings)}"
+
+
+def _print(name: str, mb: float, backend: str, a: dict[str, float], b: dict[str, float]) -> None:
+    print(f"-- RAG_EMBED_BACKEND={backend}: {_embedder(backend)}")
     print(f"corpus: {name}: {mb:.2f} MB, ours {a['chunks']} chunks (failed {a['failed']}), "
           f"LangChain {b['chunks']} chunks")
     print(f"ours:      {a['seconds']:.1f} s  {mb / a['seconds'] * 60:.2f} MB/min  recall@3 {a['recall3']:.3f}")
@@ -134,8 +143,6 @@ def _print(name: str, mb: float, a: dict[str, float], b: dict[str, float], d: di
           "  (goal ≥ 0.95)")
     print(f"(b) our MB/min ÷ LangChain's: {b['seconds'] / a['seconds']:.2f}  (goal ≥ 2, recall not lower)")
     print(f"(c) unchanged re-run ÷ first run: {a['rerun_seconds'] / a['seconds']:.4f}  (goal ≤ 0.02)")
-    print(f"(d) whole processes, start to exit: rag-ingest {d['ours']:.1f} s, LangChain {d['langchain']:.1f} s: "
-          f"{d['langchain'] / d['ours']:.2f}×  (goal ≥ 2)")
 
 
 if __name__ == "__main__":

@@ -83,7 +83,7 @@ class Settings(BaseSettings):
     data_dir: Path = Path("./data")
     embed_model: str = BUNDLED_EMBED_MODEL
     embed_device: str = "cpu"
-    embed_backend: Literal["auto", "onnx", "torch"] = "auto"
+    embed_backend: Literal["auto", "onnx", "onnx-int8", "torch"] = "auto"
     embed_dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     embed_batch_size: int = Field(default=64, ge=1)
     ingest_batch_chunks: int = Field(default=1024, ge=1)

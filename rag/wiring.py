@@ -80,10 +80,10 @@ def build_embedder(settings: Settings) -> Embedder:
     path = resolve_embed_model(settings.embed_model)
     folder = ModelFolder.read(Path(path))
     try:
-        if embed_backend(settings, folder) == "onnx":
+        if (backend := embed_backend(settings, folder)).startswith("onnx"):
             assert folder is not None
-            embedder: Embedder = load_onnx_embedder(folder, onnx_file(folder, model_cache_dir()),
-                                                    settings.embed_model, settings.embed_batch_size)
+            model = onnx_file(folder, model_cache_dir(), int8=backend == "onnx-int8")
+            embedder: Embedder = load_onnx_embedder(folder, model, settings.embed_model, settings.embed_batch_size)
         else:
             embedder = _torch_embedder(settings, path)
     except ConfigError:
@@ -100,7 +100,7 @@ def build_embedder(settings: Settings) -> Embedder:
 
 def embed_backend(settings: Settings, folder: ModelFolder | None) -> str:
     """"onnx" or "torch": auto takes ONNX Runtime for float32 on CPU where the model folder is one it reproduces."""
-    if settings.embed_backend == "onnx" and folder is None:
+    if settings.embed_backend.startswith("onnx") and folder is None:
         raise ConfigError(f"RAG_EMBED_BACKEND=onnx cannot run {settings.embed_model!r}: it needs a local "
                           "sentence-transformers folder of Transformer, mean or CLS Pooling and Normalize")
     if settings.embed_backend != "auto":
