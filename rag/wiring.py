@@ -99,10 +99,11 @@ def build_embedder(settings: Settings) -> Embedder:
 
 
 def embed_backend(settings: Settings, folder: ModelFolder | None) -> str:
-    """"onnx" or "torch": auto takes ONNX Runtime for float32 on CPU where the model folder is one it reproduces."""
+    """"onnx", "onnx-int8" or "torch": auto takes ONNX Runtime (float32) on CPU where the model folder is one it
+    reproduces."""
     if settings.embed_backend.startswith("onnx") and folder is None:
-        raise ConfigError(f"RAG_EMBED_BACKEND=onnx cannot run {settings.embed_model!r}: it needs a local "
-                          "sentence-transformers folder of Transformer, mean or CLS Pooling and Normalize")
+        raise ConfigError(f"RAG_EMBED_BACKEND={settings.embed_backend} cannot run {settings.embed_model!r}: it "
+                          "needs a local sentence-transformers folder of Transformer, mean or CLS Pooling and Normalize")
     if settings.embed_backend != "auto":
         return settings.embed_backend
     on_cpu = settings.embed_device == "cpu" and settings.embed_dtype in ("auto", "float32")
