@@ -103,7 +103,8 @@ def embed_backend(settings: Settings, folder: ModelFolder | None) -> str:
     reproduces."""
     if settings.embed_backend.startswith("onnx") and folder is None:
         raise ConfigError(f"RAG_EMBED_BACKEND={settings.embed_backend} cannot run {settings.embed_model!r}: it "
-                          "needs a local sentence-transformers folder of Transformer, mean or CLS Pooling and Normalize")
+                          "needs a local sentence-transformers folder of Transformer, mean or CLS Pooling and "
+                          "Normalize")
     if settings.embed_backend != "auto":
         return settings.embed_backend
     on_cpu = settings.embed_device == "cpu" and settings.embed_dtype in ("auto", "float32")
