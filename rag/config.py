@@ -130,6 +130,7 @@ class Settings(BaseSettings):
     login_concurrency: int = Field(default=1, ge=1, le=16)
     chat_db_url: str = Field(default="", repr=False)
     feedback_db_url: str = Field(default="", repr=False)
+    record_unanswered: bool = True  # refused and escalated questions, for `rag gaps` (in the feedback database)
 
     llm_base_url: str = "http://127.0.0.1:8010/v1"
     llm_model: str = "smollm2-135m-instruct"
