@@ -17,6 +17,7 @@ from rich.table import Table
 from ingest import service
 from ingest.pipeline import Plan, Report
 from ingest.reembed import reembed as reembed_collection
+from ingest.watch import Stopped, Watcher
 from rag.config import Settings, load_settings
 from rag.errors import RagError
 from rag.wiring import hold_embedded_store
@@ -87,16 +88,22 @@ def _plan_json(plan: Plan) -> dict[str, object]:
 @click.option("--no-prune", is_flag=True, help="Keep documents whose files are gone from the folder.")
 @click.option("--reembed", is_flag=True, help="Rebuild the collection with RAG_EMBED_MODEL beside the current one and "
               "switch when complete (then sync PATHS, if given).")
-def main(paths: tuple[Path, ...], dry_run: bool, as_json: bool, no_prune: bool, reembed: bool) -> None:
+@click.option("--watch", is_flag=True, help="Sync, then keep syncing the folders PATHS as files change, until "
+              "SIGTERM or Ctrl-C (RAG_WATCH_DEBOUNCE_MS of quiet first).")
+def main(paths: tuple[Path, ...], dry_run: bool, as_json: bool, no_prune: bool, reembed: bool, watch: bool) -> None:
     """Ingest PDF, Markdown, TXT, HTML and DOCX files under PATHS into the vector store."""
     if not paths and not reembed:
         raise click.UsageError("give the folders or files to ingest (or --reembed)")
+    if watch:
+        _check_watch(paths, dry_run or as_json or reembed)
     console = Console(stderr=as_json)
     with ExitStack() as held:
         try:
             settings = load_settings()
             if not dry_run:  # a server must not open the embedded store while this process writes it
-                held.enter_context(hold_embedded_store(settings, _what(paths, reembed)))
+                held.enter_context(hold_embedded_store(settings, _what(paths, reembed, watch)))
+            if watch:
+                sys.exit(_watch(Watcher(paths, settings, console, prune=not no_prune)))
             report = _run(paths, settings, console, as_json, dry_run=dry_run, prune=not no_prune, reembed=reembed)
         except RagError as exc:
             Console(stderr=True).print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
@@ -123,9 +130,35 @@ def _run(paths: tuple[Path, ...], settings: Settings, console: Console, as_json:
         return service.sync(paths, settings, prune=prune, progress=progress, what=_what(paths, reembed))[1]
 
 
-def _what(paths: tuple[Path, ...], reembed: bool) -> str:
+def _what(paths: tuple[Path, ...], reembed: bool, watch: bool = False) -> str:
     """This run as other processes are told about it while it holds a lock."""
-    return " ".join(["rag-ingest", *(["--reembed"] if reembed else []), *map(str, paths)])
+    return " ".join(["rag-ingest", *(["--reembed"] if reembed else []), *(["--watch"] if watch else []),
+                     *map(str, paths)])
+
+
+def _check_watch(paths: tuple[Path, ...], other_mode: bool) -> None:
+    if other_mode:
+        raise click.UsageError("--watch does not combine with --dry-run, --json or --reembed")
+    if files := [str(path) for path in paths if not path.is_dir()]:
+        raise click.UsageError(f"--watch takes folders; not a folder: {', '.join(files)}")
+
+
+def _watch(watcher: Watcher) -> int:
+    """The first full sync (bars and summary, as a plain run), then the watch loop; 0 when stopped by a signal."""
+    console = watcher.console
+    with watcher.signals():
+        try:
+            progress = BarProgress(Console(stderr=True))
+            with progress.bars:
+                report = watcher.sync(progress)[1]
+            _print_report(report, console, False)
+            console.print(f"watching {', '.join(map(str, watcher.paths))} (Ctrl-C or SIGTERM stops)", highlight=False)
+            watcher.run()
+        except Stopped:
+            console.print("stopped during a sync: what was stored stays; the rest is synced at the next start",
+                          highlight=False)
+    console.print("stopped", highlight=False)
+    return 0
 
 
 def _run_reembed(settings: Settings, console: Console, as_json: bool) -> None:

@@ -10,6 +10,10 @@ from pathlib import Path
 
 from ingest.parse import is_supported, sidecar_of
 
+# Names that editors, office suites and downloads give files while they are being written: never documents.
+TEMPORARY_SUFFIXES = (".swp", ".swo", ".swx", ".tmp", ".temp", ".part", ".partial", ".crdownload", ".download", "~")
+TEMPORARY_PREFIXES = (".", "~$")  # hidden (our uploads, LibreOffice's `.~lock.*#`), Office's owner files
+
 
 @dataclass(frozen=True, slots=True)
 class FoundFile:
@@ -52,9 +56,15 @@ def scan_path(path: Path) -> Scan:
         seen.add(real)
         dirs[:] = [d for d in sorted(dirs) if not d.startswith(".") and _inside(scan, Path(current) / d, root)]
         for name in sorted(files):
-            if not name.startswith(".") and _inside(scan, Path(current) / name, root):
+            if not is_temporary(name) and _inside(scan, Path(current) / name, root):
                 _add(scan, Path(current) / name, root)
     return scan
+
+
+def is_temporary(name: str) -> bool:
+    """Whether a file name is hidden or an editor's, office suite's or download's file in progress."""
+    autosave = name.startswith("#") and name.endswith("#")  # Emacs
+    return autosave or name.startswith(TEMPORARY_PREFIXES) or name.lower().endswith(TEMPORARY_SUFFIXES)
 
 
 def _inside(scan: Scan, path: Path, root: Path) -> bool:
@@ -85,6 +95,10 @@ def _add(scan: Scan, path: Path, root: Path) -> None:
 
 def _walk_error(scan: Scan, root: Path, error: OSError) -> None:
     where = _rel(Path(error.filename), root) if error.filename else str(root)
+    if not error.filename or Path(error.filename) == root:
+        # The root itself cannot be listed (gone, unmounted, no permission): finding nothing in it must not
+        # prune every document it held.
+        scan.prune = False
     scan.failed[where] = f"cannot read directory: {error.strerror}"
 
 
