@@ -76,6 +76,14 @@ class FeedbackStore:
         with self._engine.connect() as connection:
             return [_from_row(row._mapping) for row in connection.execute(query)]
 
+    def rated_down(self, created_after: str | None = None) -> list[Feedback]:
+        """The ratings of -1 given at or after a timestamp (UTC ISO 8601), oldest first; all without one."""
+        query = sa.select(feedback_table).where(feedback_table.c.rating < 0).order_by(feedback_table.c.created_at)
+        if created_after is not None:
+            query = query.where(feedback_table.c.created_at >= created_after)
+        with self._engine.connect() as connection:
+            return [_from_row(row._mapping) for row in connection.execute(query)]
+
     def get(self, answer_id: str) -> Feedback | None:
         """The rating of one answer, if any."""
         query = sa.select(feedback_table).where(feedback_table.c.answer_id == answer_id)

@@ -27,8 +27,10 @@ from rag.rerank import CrossEncoderReranker
 from rag.retrieve import Fusion, Retriever
 from rag.sanitize import LinkPolicy
 from rag.store import ChromaStore
+from rag.unanswered import UnansweredStore
 
 if TYPE_CHECKING:
+    import sqlalchemy as sa
     from chromadb.api import ClientAPI
 
 
@@ -259,13 +261,21 @@ def build_engine(settings: Settings, embedder: Embedder | None = None, store: In
 
 def build_feedback_store(settings: Settings) -> FeedbackStore:
     """The feedback store at RAG_FEEDBACK_DB_URL (SQLite under the data dir by default)."""
+    return FeedbackStore(_feedback_engine(settings))
+
+
+def build_unanswered_store(settings: Settings) -> UnansweredStore:
+    """Refused and escalated questions, in the feedback database (where questions are already kept)."""
+    return UnansweredStore(_feedback_engine(settings))
+
+
+def _feedback_engine(settings: Settings) -> sa.Engine:
     import sqlalchemy as sa
 
     url = settings.feedback_database_url
     if url.startswith("sqlite:///"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     try:
-        engine = sa.create_engine(url, pool_pre_ping=True)
+        return sa.create_engine(url, pool_pre_ping=True)
     except (sa.exc.ArgumentError, ImportError) as exc:
         raise ConfigError(f"RAG_FEEDBACK_DB_URL is not a usable database URL: {exc}") from exc
-    return FeedbackStore(engine)

@@ -9,7 +9,7 @@ import anyio.to_thread
 from fastapi import FastAPI
 
 from rag.config import Settings
-from ui.api import routes_ask, routes_documents, routes_files, routes_health, routes_openai
+from ui.api import routes_ask, routes_documents, routes_files, routes_gaps, routes_health, routes_openai
 from ui.api.errors import install_error_handlers
 from ui.api.metrics import install_request_metrics
 from ui.headers import SecurityHeaders
@@ -23,8 +23,8 @@ DESCRIPTION = """Ask the company's documents and act on the answer.
 * `POST /v1/ask`: answer, sources, `confidence` and `escalate` (hand over to a human); `stream: true` for
   Server-Sent Events (`sources`, `token`…, `done`, or `error`).
 * `POST /v1/chat/completions`, `GET /v1/models`: OpenAI-compatible (openai SDK, LangChain's ChatOpenAI).
-* `/v1/documents`, `/v1/sync`, `/v1/feedback`: list what you may see; upload, delete, re-sync and read feedback
-  with an admin key.
+* `/v1/documents`, `/v1/sync`, `/v1/feedback`, `/v1/gaps`: list what you may see; upload, delete, re-sync, read
+  feedback and the knowledge-gap report (what the documents fail to answer) with an admin key.
 * With `RAG_API_KEYS` set, every `/v1` route needs `Authorization: Bearer <key>`; answers, sources and listings
   hold only documents of the key's groups. Without keys, callers see public documents and change nothing.
 """
@@ -50,7 +50,7 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
     if services is not None:
         app.state.services = services
     install_request_metrics(app, metrics)
-    for module in (routes_ask, routes_openai, routes_documents, routes_files, routes_health):
+    for module in (routes_ask, routes_openai, routes_documents, routes_gaps, routes_files, routes_health):
         app.include_router(module.router)
     install_web_guards(app, settings)  # trusted hosts, CORS, cross-site guard: for the chat mounted later too
     app.add_middleware(SecurityHeaders, docs_paths=(app.docs_url, app.redoc_url))  # outermost: on every response

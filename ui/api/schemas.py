@@ -218,3 +218,36 @@ class FeedbackOut(BaseModel):
     user: str
     channel: str
     created_at: str
+
+
+class GapTopicOut(BaseModel):
+    """Questions of one meaning that the documents did not answer."""
+
+    label: str = Field(description="the most central question of the topic")
+    count: int = Field(description="times asked (repeats counted)")
+    share: float = Field(description="count over all questions in the report")
+    reasons: dict[str, int] = Field(description="times refused, escalated, thumbs_down")
+    examples: list[str] = Field(description="up to 3 distinct questions, the most central first")
+    keywords: list[str]
+    sources: list[str] = Field(description="the documents that came closest, most often first")
+    first_seen: str
+    last_seen: str
+
+
+class GapReportOut(BaseModel):
+    """The knowledge-gap report: refused, escalated and 👎-rated questions grouped into topics, largest first."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{
+        "since": "2026-11-24T09:00:00+00:00", "total": 3, "hidden_topics": 0,
+        "reasons": {"refused": 2, "escalated": 0, "thumbs_down": 1},
+        "topics": [{"label": "How do I claim travel expenses?", "count": 3, "share": 1.0,
+                    "reasons": {"refused": 2, "thumbs_down": 1},
+                    "examples": ["How do I claim travel expenses?", "travel expense form"],
+                    "keywords": ["travel", "expense"], "sources": ["leave.md"],
+                    "first_seen": "2026-11-25T10:02:11+00:00", "last_seen": "2026-11-30T16:40:05+00:00"}]}]})
+
+    since: str | None = Field(description="the start of the report (UTC), null for everything")
+    total: int = Field(description="questions in the report")
+    reasons: dict[str, int]
+    hidden_topics: int = Field(description="topics under min_count, left out")
+    topics: list[GapTopicOut]

@@ -153,7 +153,7 @@ async def _answer(question: str, history: list[Message], reply: cl.Message, lang
     # and gives the generation slot back. Registered before any await can be cancelled.
     async with contextlib.AsyncExitStack() as resources:
         async with cl.Step(name=text(language, "searching"), type="retrieval", show_input=False) as step:
-            events = await answer_stream(context.services(), principal, question, history, None)
+            events = await answer_stream(context.services(), principal, question, history, None, "chat")
             resources.push_async_callback(events.aclose)
             first = await anext(events)
             step.output = _retrieval_summary(first, question, language)

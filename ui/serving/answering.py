@@ -4,10 +4,16 @@ passed through, and the one mapping from answers to the wire bodies that the API
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+import logging
+from collections.abc import Generator, Sequence
+from typing import Literal
+
+from sqlalchemy.exc import SQLAlchemyError
 
 from rag.access import Principal
-from rag.answer import Answer, Done
+from rag.answer import Answer, Done, Event
+from rag.gaps import Asked, Reason
+from rag.llm import Stop
 from rag.prompt import Message
 from rag.sanitize import STRICT, LinkPolicy, Removed
 from rag.types import Hit
@@ -15,12 +21,15 @@ from ui.serving.services import Services
 from ui.serving.streaming import AnswerStream
 
 SNIPPET_CHARS = 300
+Channel = Literal["api", "chat"]
+log = logging.getLogger("rag.serving")
 
 
 async def answer_once(services: Services, principal: Principal, question: str, history: Sequence[Message],
-                      top_k: int | None) -> Answer:
+                      top_k: int | None, channel: Channel = "api") -> Answer:
     """The finished answer from what the principal may see (non-streaming), within a generation slot."""
-    async with contextlib.aclosing(await answer_stream(services, principal, question, history, top_k)) as events:
+    async with contextlib.aclosing(await answer_stream(services, principal, question, history, top_k,
+                                                       channel)) as events:
         async for event in events:
             if isinstance(event, Done):
                 return event.answer
@@ -28,12 +37,44 @@ async def answer_once(services: Services, principal: Principal, question: str, h
 
 
 async def answer_stream(services: Services, principal: Principal, question: str, history: Sequence[Message],
-                        top_k: int | None) -> AnswerStream:
+                        top_k: int | None, channel: Channel = "api") -> AnswerStream:
     """Events of a streamed answer, holding a generation slot until closed: the caller must `aclose()` it (an
     `aclosing` block, or a response that closes it however it ends). Runs until the first answer text before
-    returning, so that an empty index or an unreachable LLM becomes an error status instead of a broken stream."""
-    return await AnswerStream.open(services, lambda stop: services.engine.stream(
-        question, history, top_k, principal=principal, stop=stop))
+    returning, so that an empty index or an unreachable LLM becomes an error status instead of a broken stream.
+    A refused or escalated answer is recorded here, once for every edge (RAG_RECORD_UNANSWERED)."""
+
+    def start(stop: Stop) -> Generator[Event, None, None]:
+        with contextlib.closing(services.engine.stream(question, history, top_k, principal=principal,
+                                                       stop=stop)) as events:
+            for event in events:
+                if isinstance(event, Done):  # before it is handed on: a client leaving at once cannot skip it
+                    record_unanswered(services, question, event.answer, principal.name, channel)
+                yield event
+
+    return await AnswerStream.open(services, start)
+
+
+def unanswered_reason(answer: Answer, escalate_below: float) -> Reason | None:
+    """Why an answer counts as a gap in the documents: refused, escalated (handed to a human), or None."""
+    if not answer.answerable:
+        return "refused"
+    return "escalated" if needs_human(answer, escalate_below) else None
+
+
+def record_unanswered(services: Services, question: str, answer: Answer, user: str, channel: Channel) -> None:
+    """Keep a refused or escalated question for the gap report (in the engine's thread); a database that fails
+    costs the record, never the answer."""
+    reason = unanswered_reason(answer, services.settings.escalate_below)
+    if services.unanswered is None or reason is None:
+        return
+    top = answer.sources[0].hit if answer.sources else None
+    # The standalone question: a follow-up ("and on Windows?") means nothing without its conversation.
+    asked = Asked(question=answer.standalone_question or question, reason=reason, user=user, channel=channel,
+                  source=top.source if top else "", doc_id=top.doc_id if top else "")
+    try:
+        services.unanswered.record(asked)
+    except SQLAlchemyError as exc:
+        log.warning("could not record an unanswered question: %s", type(exc).__name__)
 
 
 def hit_json(n: int, hit: Hit, links: LinkPolicy = STRICT) -> dict[str, object]:

@@ -1,4 +1,5 @@
-"""What every request shares: settings, the query engine, the index, keys and the generation gate."""
+"""What every request shares: settings, the query engine, the index, the feedback and unanswered-question stores,
+keys and the generation gate."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from rag.errors import Busy
 from rag.feedback import FeedbackStore
 from rag.index import Index
 from rag.llm import LLM
-from rag.wiring import build_embedder, build_engine, build_feedback_store, build_store
+from rag.unanswered import UnansweredStore
+from rag.wiring import build_embedder, build_engine, build_feedback_store, build_store, build_unanswered_store
 from ui.serving.metrics import Metrics
 from ui.serving.principals import ApiKey, parse_api_keys
 
@@ -79,6 +81,7 @@ class Services:
     engine: QueryEngine
     feedback: FeedbackStore
     keys: list[ApiKey] = field(default_factory=list)
+    unanswered: UnansweredStore | None = None  # None: RAG_RECORD_UNANSWERED=false, nothing is kept
     gate: Gate = field(init=False)
     metrics: Metrics = field(default_factory=Metrics)
     ingest_pool: ThreadPoolExecutor = field(init=False)
@@ -119,5 +122,6 @@ def build_services(settings: Settings, embedder: Embedder | None = None, llm: LL
     service.settle_when_idle(settings, store.name)  # what a crash left in the documents folder
     engine = build_engine(settings, embedder=embedder, store=store, llm=llm)
     engine.retriever.warm()
-    return Services(settings, embedder, store, engine, build_feedback_store(settings), keys,
+    unanswered = build_unanswered_store(settings) if settings.record_unanswered else None
+    return Services(settings, embedder, store, engine, build_feedback_store(settings), keys, unanswered,
                     metrics=metrics or Metrics())
