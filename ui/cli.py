@@ -29,6 +29,7 @@ from rag.wiring import (
     hold_embedded_store,
     prefer_passive_threads,
 )
+from ui.cli_gaps import gaps
 
 EXIT_USAGE, EXIT_LLM = 2, 3
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -59,6 +60,9 @@ def _errors() -> Iterator[None]:
 def main() -> None:
     """Ask questions over your documents."""
     prefer_passive_threads()  # every rag command serves queries next to vLLM; see the function's docstring
+
+
+main.add_command(gaps)
 
 
 def _principal(groups: str | None) -> Principal:
