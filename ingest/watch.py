@@ -26,6 +26,7 @@ from rag.index import Index
 from rag.wiring import build_embedder, build_store
 
 LOCK_POLL_S = 1.0  # how long one try for the ingest lock lasts; a short hold (an API upload) passes unannounced
+LISTED = 20  # files named per kind of change after a sync
 MAX_WAIT_FACTOR = 30  # changes that never settle are synced anyway after this many quiet periods
 
 
@@ -140,11 +141,11 @@ class Watcher:
                seconds: float) -> None:
         """What one sync changed, one line each, and a summary; nothing when nothing changed."""
         failed = {source: error for source, error in report.failed.items() if failed_before.get(source) != error}
-        lines = [f"[green]+[/green] {t.found.source}" for t in plan.tasks
-                 if t.action == "add" and t.found.source not in report.failed]
-        lines += [f"[cyan]~[/cyan] {t.found.source}" for t in plan.tasks
-                  if t.action == "update" and t.found.source not in report.failed]
-        lines += [f"[red]-[/red] {entry.source}" for entry in plan.deletions]
+        stored = [task for task in plan.tasks if task.found.source not in report.failed]
+        lines = _listed("[green]+[/green]", [task.found.source for task in stored if task.action == "add"])
+        lines += _listed("[cyan]~[/cyan]", [task.found.source for task in stored if task.action == "update"])
+        lines += _listed("[cyan]=[/cyan]", [task.found.source for task in plan.regroups] if report.regrouped else [])
+        lines += _listed("[red]-[/red]", [entry.source for entry in plan.deletions])
         lines += [f"[red]failed[/red] {source}: {error}" for source, error in sorted(failed.items())]
         if not lines and not report.regrouped:
             return
@@ -195,6 +196,12 @@ class Watcher:
             if not path.is_dir():
                 raise FolderGone(f"the watched folder {path} is gone (deleted, moved or unmounted); stopped "
                                  "watching, and nothing was removed from the index")
+
+
+def _listed(mark: str, sources: list[str]) -> list[str]:
+    """One line per file, the first LISTED of them (a large copy is not a page of names)."""
+    more = [f"{mark} … and {len(sources) - LISTED} more"] if len(sources) > LISTED else []
+    return [f"{mark} {source}" for source in sources[:LISTED]] + more
 
 
 class _Both(NoProgress):
