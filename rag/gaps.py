@@ -195,7 +195,9 @@ def _shown(same: list[Asked]) -> str:
 
 def keywords(questions: Sequence[str], limit: int = KEYWORDS) -> tuple[str, ...]:
     """The words most questions share, as the keyword index tokenises them (stemmed English, jieba for Chinese),
-    each shown in its most common written form."""
+    each shown in its most common written form; none for one question (its label says it all)."""
+    if len({question_key(question) for question in questions}) < 2:
+        return ()
     asked_in: Counter[str] = Counter()
     written: dict[str, Counter[str]] = {}
     for question in questions:
@@ -203,8 +205,8 @@ def keywords(questions: Sequence[str], limit: int = KEYWORDS) -> tuple[str, ...]
         asked_in.update(set(terms))
         for stem, word in terms.items():
             written.setdefault(stem, Counter())[word] += 1
-    floor = 2 if len(questions) > 1 else 1  # a word of one question alone says little about a topic
-    ranked = sorted((stem for stem, n in asked_in.items() if n >= floor), key=lambda s: (-asked_in[s], s))
+    # A word of one question alone says little about a topic.
+    ranked = sorted((stem for stem, n in asked_in.items() if n >= 2), key=lambda s: (-asked_in[s], s))
     return tuple(min(written[stem].items(), key=lambda w: (-w[1], w[0]))[0] for stem in ranked[:limit])
 
 

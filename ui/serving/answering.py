@@ -44,12 +44,17 @@ async def answer_stream(services: Services, principal: Principal, question: str,
     A refused or escalated answer is recorded here, once for every edge (RAG_RECORD_UNANSWERED)."""
 
     def start(stop: Stop) -> Generator[Event, None, None]:
-        with contextlib.closing(services.engine.stream(question, history, top_k, principal=principal,
-                                                       stop=stop)) as events:
-            for event in events:
-                if isinstance(event, Done):  # before it is handed on: a client leaving at once cannot skip it
-                    record_unanswered(services, question, event.answer, principal.name, channel)
-                yield event
+        done: list[Answer] = []
+        try:
+            with contextlib.closing(services.engine.stream(question, history, top_k, principal=principal,
+                                                           stop=stop)) as events:
+                for event in events:
+                    if isinstance(event, Done):
+                        done.append(event.answer)
+                    yield event
+        finally:  # after Done went out (the database costs the reader nothing), even if the reader left at once
+            if done:
+                record_unanswered(services, question, done[0], principal.name, channel)
 
     return await AnswerStream.open(services, start)
 
