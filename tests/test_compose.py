@@ -115,12 +115,15 @@ def test_app_reaches_vllm_and_chroma_by_settings_alone(compose: dict[str, Any]) 
     assert app["build"] == "."
 
 
-def test_ingest_runs_on_demand_over_the_mounted_folder(compose: dict[str, Any]) -> None:
+def test_ingest_keeps_watching_the_mounted_folder(compose: dict[str, Any]) -> None:
     ingest = compose["services"]["ingest"]
-    assert ingest["profiles"] == ["ingest"]
-    assert ingest["command"] == ["rag-ingest", "/docs"]
-    assert "./docs:/docs:ro" in ingest["volumes"]
+    assert "profiles" not in ingest  # started by `docker compose up -d`, restarted after a failure
+    assert ingest["command"] == ["rag-ingest", "--watch", "/docs"]
+    assert ingest["restart"] == "unless-stopped" and ingest["stop_grace_period"] == "30s"
+    assert "./docs:/docs:ro" in ingest["volumes"] and "app-data:/data" in ingest["volumes"]
+    # A Chroma server, shared with the app: an embedded store would be held by the watcher alone.
     assert ingest["environment"]["RAG_CHROMA_URL"] == "http://chroma:8000"
+    assert ingest["depends_on"] == {"chroma": {"condition": "service_healthy"}}
 
 
 def test_variables_reach_the_services() -> None:
