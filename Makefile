@@ -18,7 +18,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test lint llm bench bench-quick clean
+.PHONY: setup demo stop test lint llm bench bench-quick clean
 
 setup: $(VENV)/.synced $(VLLM_VENV)/.synced $(MODEL_DIR)/config.json
 	@# The CPU embedder runs the model exported to ONNX: export it now (once; cached), not in the first ingest.
@@ -41,12 +41,19 @@ $(VLLM_VENV)/.synced: scripts/vllm-requirements.txt scripts/setup_vllm_env.sh | 
 $(MODEL_DIR)/config.json: scripts/convert_smollm2.py | $(VLLM_VENV)/.synced
 	$(VLLM_VENV)/bin/python scripts/convert_smollm2.py $(MODEL_DIR)
 
+# vLLM starts in the background while the samples are ingested (python -m benchmarks.demo_start measures it).
 demo: setup
-	$(BIN)/rag llm --detach
+	$(BIN)/rag llm --no-wait
 	$(BIN)/rag-ingest data/samples
+	$(BIN)/rag llm --detach
 	$(BIN)/rag ask "$(DEMO_QUESTION)"
 	@echo "Chat UI without sign-in (demo only) at http://127.0.0.1:$(DEMO_PORT)/chat — Ctrl-C stops it."
+	@echo "The LLM server keeps running in the background: \`make stop\` (or $(BIN)/rag llm --stop) stops it."
 	RAG_UI_AUTH=false $(BIN)/rag serve --port $(DEMO_PORT)
+
+# Stop the LLM server `make demo` / `rag llm --detach` started.
+stop:
+	$(BIN)/rag llm --stop
 
 llm: setup
 	$(BIN)/rag llm

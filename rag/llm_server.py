@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import json
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 from urllib.parse import urlsplit
 
 import httpx
@@ -44,6 +50,7 @@ def vllm_command(settings: Settings) -> list[str]:
         "--host", url.hostname, "--port", str(url.port),
         "--enable-prefix-caching", "--max-model-len", str(settings.llm_max_model_len),
         "--dtype", llm_dtype(settings.llm_dtype), "--disable-uvicorn-access-log",
+        *(["--enforce-eager"] if eager(settings.llm_compile) else []),
     ]
 
 
@@ -65,6 +72,13 @@ def llm_dtype(setting: str, flags: frozenset[str] | None = None) -> str:
         return setting
     # Without native bf16 (AVX2-only CPUs) vLLM emulates it: prefill ran 3.3x slower than float32 there.
     return "bfloat16" if (cpu_flags() if flags is None else flags) & BF16_FLAGS else "float32"
+
+
+def eager(setting: str) -> bool:
+    """Whether vLLM runs the model eagerly instead of compiling it with torch.compile first: `auto` is eager."""
+    # The first compile of a fresh machine took 106 s of a 2-core CPU's start (54 s to start eager); the small
+    # offline model gives the time back slowly (python -m benchmarks.llm_start, README "Local LLM server").
+    return setting != "compile"
 
 
 def _api_key(settings: Settings) -> str:
@@ -108,7 +122,30 @@ def start_llm_server(settings: Settings, log_path: Path) -> subprocess.Popen[byt
                                 stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def wait_until_healthy(settings: Settings, process: subprocess.Popen[bytes] | None, log_path: Path,
+class Pollable(Protocol):
+    """A server process as wait_until_healthy watches it: subprocess.Popen, or RecordedProcess."""
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def poll(self) -> int | None: ...
+
+
+class RecordedProcess:
+    """A server `rag llm` started in an earlier command (not this process's child), watched by its pid."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        """None while it runs; 1 once it has gone (its real exit code went to its parent)."""
+        if self.returncode is None and not is_vllm_process(self.pid):
+            self.returncode = 1
+        return self.returncode
+
+
+def wait_until_healthy(settings: Settings, process: Pollable | None, log_path: Path,
                        on_wait: Callable[[float], None] = lambda _: None) -> None:
     """Poll /health until 200; raise with the log's tail if the server exits or the start timeout passes."""
     started = time.monotonic()
@@ -130,3 +167,119 @@ def _tail(path: Path, lines: int = 15) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
+
+
+@dataclass(frozen=True, slots=True)
+class ServerRecord:
+    """What `rag llm` writes about a server it started, so that `--status` and `--stop` find it later."""
+
+    pid: int
+    base_url: str
+    model: str
+    model_path: str
+    log: str
+    started_at: float  # seconds since the epoch
+
+    def as_json(self) -> dict[str, object]:
+        """The record as a JSON object."""
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerStatus:
+    """A server at one base URL: whether /health answers, and the record if `rag llm` started it and it lives."""
+
+    base_url: str
+    healthy: bool
+    record: ServerRecord | None
+    models: tuple[str, ...] = ()
+
+    @property
+    def state(self) -> str:
+        """healthy, starting (our process lives, /health not yet), or stopped."""
+        return "healthy" if self.healthy else "starting" if self.record else "stopped"
+
+
+def record_path(settings: Settings) -> Path:
+    """Where the record of the server at RAG_LLM_BASE_URL lives: one per port, so servers on two ports coexist."""
+    return settings.data_dir / "run" / f"vllm-{urlsplit(settings.llm_base_url).port}.json"
+
+
+def write_record(settings: Settings, process: subprocess.Popen[bytes], log_path: Path) -> ServerRecord:
+    """Record a server just started (written atomically: a reader never sees half a file)."""
+    record = ServerRecord(process.pid, settings.llm_base_url, settings.llm_model, str(settings.served_model_path),
+                          str(log_path), time.time())
+    path = record_path(settings)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    temporary.write_text(json.dumps(record.as_json()), encoding="utf-8")
+    temporary.replace(path)
+    return record
+
+
+def live_record(settings: Settings) -> ServerRecord | None:
+    """The record of a server `rag llm` started that still runs; a stale or unreadable record is removed."""
+    path = record_path(settings)
+    try:
+        record = ServerRecord(**json.loads(path.read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, TypeError):
+        record = None
+    if record is not None and is_vllm_process(record.pid):
+        return record
+    path.unlink(missing_ok=True)
+    return None
+
+
+def is_vllm_process(pid: int) -> bool:
+    """Whether pid is a running (not zombie) vLLM server: a pid reused by another program does not count."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (OSError, IndexError):
+        return False
+    return state != "Z" and b"vllm.entrypoints.openai.api_server" in command
+
+
+def server_status(settings: Settings) -> ServerStatus:
+    """The state of the server at RAG_LLM_BASE_URL, whoever started it."""
+    healthy = is_healthy(settings.llm_base_url)
+    return ServerStatus(settings.llm_base_url, healthy, live_record(settings),
+                        served_models(settings) if healthy else ())
+
+
+def served_models(settings: Settings) -> tuple[str, ...]:
+    """The model names the server lists at /v1/models (empty if it does not answer)."""
+    key = _api_key(settings)
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    try:
+        response = httpx.get(f"{settings.llm_base_url.rstrip('/')}/models", headers=headers, timeout=2.0)
+        return tuple(str(model["id"]) for model in response.json()["data"])
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        return ()
+
+
+def stop_llm_server(settings: Settings, grace_s: float = 30.0) -> ServerRecord | None:
+    """Stop the server `rag llm` started at RAG_LLM_BASE_URL (SIGTERM to its process group, SIGKILL after grace_s);
+    None if none runs. A server that answers but that `rag llm` did not start is refused, not killed blindly."""
+    record = live_record(settings)
+    if record is None:
+        if is_healthy(settings.llm_base_url):
+            raise ConfigError(f"an LLM server answers at {settings.llm_base_url}, but `rag llm` did not start it "
+                              f"(no record at {record_path(settings)}): stop it where it was started")
+        return None
+    _signal_group(record.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while is_vllm_process(record.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if is_vllm_process(record.pid):
+        _signal_group(record.pid, signal.SIGKILL)
+    record_path(settings).unlink(missing_ok=True)
+    return record
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    # start_llm_server gives the server a session of its own: its group holds vLLM's engine and worker processes.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, sig)

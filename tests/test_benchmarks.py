@@ -30,8 +30,10 @@ QUICK = {
 QUICK_LLM = {
     "answer_checks": ["2 questions, RAG_ANSWER_MODE=", "support check per answer: p50 ", "first text shown"],
     "api_throughput": ["2 clients, 2 requests per pass", "direct to vLLM: "],
+    "demo_start": ["running server: ingest "],
     "gpu_serving": ["| profile | rate (req/s) |", "| quick | 20 |", "| quick | ∞ |"],
     "llm_dtype": ["CPU bf16 flags: ", "running server               prefill "],
+    "llm_start": ["weights' type: ", "running server         start "],
     "query_path": ["query-path overhead ", "prefix cache: "],
 }
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import signal
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 from rich.console import Console
@@ -18,9 +17,7 @@ from rich.table import Table
 from rag.access import LOCAL_OPERATOR, Principal, parse_grant
 from rag.answer import Answer, Done, QueryEngine, Token
 from rag.config import Settings, is_loopback, load_settings
-from rag.errors import EmptyIndex, LLMUnavailable, RagError
 from rag.evaluate import Case, evaluate, evaluate_answers, load_cases
-from rag.llm_server import is_healthy, start_llm_server, wait_until_healthy
 from rag.types import Hit
 from rag.wiring import (
     build_engine,
@@ -29,31 +26,11 @@ from rag.wiring import (
     hold_embedded_store,
     prefer_passive_threads,
 )
+from ui.cli_base import EXIT_USAGE, err, errors, fail
 from ui.cli_gaps import gaps
-
-EXIT_USAGE, EXIT_LLM = 2, 3
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-def _fail(message: str, code: int) -> NoReturn:
-    err.print(f"[red]error:[/red] {message}")
-    sys.exit(code)
-
+from ui.cli_llm import llm
 
 WS_MAX_BYTES = 1_048_576
-
-
-@contextmanager
-def _errors() -> Iterator[None]:
-    """Turn the core's named errors into messages and exit codes."""
-    try:
-        yield
-    except LLMUnavailable as exc:
-        _fail(str(exc), EXIT_LLM)
-    except EmptyIndex as exc:
-        _fail(str(exc), EXIT_USAGE)
-    except RagError as exc:
-        _fail(str(exc), EXIT_USAGE)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -62,6 +39,7 @@ def main() -> None:
     prefer_passive_threads()  # every rag command serves queries next to vLLM; see the function's docstring
 
 
+main.add_command(llm)
 main.add_command(gaps)
 
 
@@ -84,7 +62,7 @@ AS_HELP = "Answer as a reader holding these groups (`hr|finance`, \"\" for none)
 @click.option("--as", "groups", default=None, metavar="GROUPS", help=AS_HELP)
 def search(question: str, k: int | None, as_json: bool, groups: str | None) -> None:
     """Print the chunks closest to QUESTION (source, page, score, text)."""
-    with _errors():
+    with errors():
         settings = load_settings()
         hits = build_retriever(settings).search(question, k or settings.top_k, _principal(groups))
     if as_json:
@@ -100,7 +78,7 @@ def search(question: str, k: int | None, as_json: bool, groups: str | None) -> N
 @click.option("--as", "groups", default=None, metavar="GROUPS", help=AS_HELP)
 def ask(question: str, k: int | None, as_json: bool, groups: str | None) -> None:
     """Answer QUESTION from the documents, streaming, with numbered sources."""
-    with _errors():
+    with errors():
         principal = _principal(groups)
         engine = build_engine(load_settings())
         # With --json the stream goes to stderr so that stdout ends with exactly one JSON line.
@@ -156,7 +134,7 @@ def _print_sources(answer: Answer) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
 def eval_command(cases_file: Path, k: int, mode: str | None, answers: bool, as_json: bool) -> None:
     """Measure retrieval on CASES_FILE (JSONL: question, expected_source|expected_text, answerable)."""
-    with _errors():
+    with errors():
         settings = load_settings()
         if mode:
             settings = settings.model_copy(update={"retrieval_mode": mode})
@@ -196,40 +174,6 @@ def _eval_table(body: dict[str, Any], k: int) -> Table:
     return table
 
 
-@main.command()
-@click.option("--detach", is_flag=True, help="Start in the background, wait until healthy, and return.")
-def llm(detach: bool) -> None:
-    """Start vLLM's OpenAI-compatible server for RAG_LLM_MODEL at RAG_LLM_BASE_URL."""
-    with _errors():
-        settings = load_settings()
-        if is_healthy(settings.llm_base_url):
-            err.print(f"an LLM server already answers at {settings.llm_base_url}")
-            return
-        _run_llm(settings, detach)
-
-
-def _run_llm(settings: Settings, detach: bool) -> None:
-    log = settings.data_dir / "logs" / "vllm.log"
-    process = start_llm_server(settings, log)
-    err.print(f"starting vLLM (pid {process.pid}) for {settings.served_model_path} — log: {log}")
-    try:
-        with err.status("waiting for /health (the first start compiles for a few minutes)…") as status:
-            wait_until_healthy(settings, process, log,
-                               lambda waited: status.update(f"waiting for /health… {waited:.0f} s"))
-    except BaseException:
-        process.terminate()
-        raise
-    err.print(f"[green]ready[/green]: {settings.llm_model} at {settings.llm_base_url}")
-    if detach:
-        return
-    signal.signal(signal.SIGTERM, lambda *_: process.terminate())
-    try:
-        sys.exit(process.wait())
-    except KeyboardInterrupt:
-        process.terminate()
-        process.wait(timeout=30)
-
-
 INSECURE_FLAG = "--insecure-open-to-network"
 INSECURE_HELP = ("Serve on a network address even without API keys or chat sign-in: anyone who reaches the port may "
                  "ask, and on the chat read every answer. Never on a shared network.")
@@ -249,11 +193,11 @@ def serve(host: str, port: int, no_chat: bool, insecure: bool) -> None:
     from ui.web_guards import open_doors, settings_for_bind
 
     with ExitStack() as held:
-        with _errors():
+        with errors():
             settings = settings_for_bind(load_settings(), host)
             doors = [] if is_loopback(host) else open_doors(settings, chat=not no_chat)
             if doors and not insecure:
-                _fail(f"refusing to serve on {host}, reachable from the network: {'; '.join(doors)}. Set "
+                fail(f"refusing to serve on {host}, reachable from the network: {'; '.join(doors)}. Set "
                       "RAG_API_KEYS (`openssl rand -hex 24`) and the chat's sign-in (RAG_UI_AUTH_SECRET, "
                       f"RAG_UI_USERS), or serve on 127.0.0.1, or pass {INSECURE_FLAG} to serve it open anyway.",
                       EXIT_USAGE)
@@ -300,7 +244,7 @@ def hash_password_command(password: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 def feedback(limit: int, as_json: bool) -> None:
     """List the newest 👍/👎 ratings with their question, answer and comment."""
-    with _errors():
+    with errors():
         ratings = build_feedback_store(load_settings()).recent(limit)
     if as_json:
         for rating in ratings:
