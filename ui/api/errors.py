@@ -22,6 +22,7 @@ from rag.errors import (
     StoreInUse,
     StoreUnavailable,
 )
+from ui.serving.uploads import UploadRefused
 
 
 class ApiError(Exception):
@@ -74,6 +75,10 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _rag(_: Request, exc: RagError) -> JSONResponse:
         error = from_rag_error(exc)
         return error_response(error.status, error.kind, error.message, error.headers, error.details)
+
+    @app.exception_handler(UploadRefused)
+    async def _upload(_: Request, exc: UploadRefused) -> JSONResponse:
+        return error_response(exc.status, exc.kind, exc.message)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:

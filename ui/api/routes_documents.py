@@ -5,8 +5,6 @@ Listing shows what the caller may see; every change, and reading feedback, needs
 from __future__ import annotations
 
 import dataclasses
-import re
-import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -14,28 +12,15 @@ from fastapi import APIRouter, Query, Request
 from starlette.concurrency import run_in_threadpool
 
 from ingest.manifest import Entry
-from ingest.parse import is_supported
 from rag.access import DocAccess
 from ui.api.deps import PrincipalDep, ServicesDep
-from ui.api.errors import ApiError
 from ui.api.routes_ask import ADMIN_ERRORS, ERRORS
 from ui.api.schemas import DocumentOut, FeedbackOut, SyncOut
 from ui.api.uploads import stage_upload
 from ui.serving import documents as use
+from ui.serving import uploads
 
 router = APIRouter(prefix="/v1", tags=["documents"])
-_UNSAFE = re.compile(r"[^\w.\- ()]+")
-
-
-def safe_name(raw: str) -> str:
-    """A plain file name: no folders, no traversal, no control or shell-special characters, no leading dot."""
-    name = unicodedata.normalize("NFC", raw.replace("\\", "/").rsplit("/", 1)[-1])
-    name = _UNSAFE.sub("_", "".join(ch for ch in name if ch.isprintable())).strip(" .")
-    if not name or name.startswith("."):
-        raise ApiError(422, "invalid_filename", f"unusable file name {raw!r}")
-    return name[:200]
-
-
 # Read by the route itself, not by FastAPI (which would spool the whole body before the key is checked).
 UPLOAD_BODY: dict[str, Any] = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
     "type": "object", "required": ["file"], "properties": {"file": {"type": "string", "format": "binary"}}}}}}}
@@ -52,18 +37,10 @@ async def upload(request: Request, services: ServicesDep, principal: PrincipalDe
     folder = services.settings.documents_dir.resolve()
     folder.mkdir(parents=True, exist_ok=True)
 
-    async def accept(filename: str) -> Path:
-        name = safe_name(filename)
-        if not is_supported(Path(name)):
-            raise ApiError(415, "unsupported_type", f"{name}: supported types are PDF, Markdown, TXT/RST, HTML, DOCX")
-        target = folder / name
-        if target.parent != folder:
-            raise ApiError(422, "invalid_filename", f"unusable file name {filename!r}")
-        await run_in_threadpool(use.check_upload, services, principal, target, replace)
-        return target
+    async def accept(filename: str) -> Path:  # the same checks as the chat's dropped files (ui.serving.uploads)
+        return await run_in_threadpool(uploads.accept, services, principal, filename, replace)
 
-    limit = int(services.settings.max_upload_mb * 2**20)
-    target, staged = await stage_upload(request, folder, limit, accept)
+    target, staged = await stage_upload(request, folder, uploads.upload_limit(services.settings), accept)
     deadline = services.ingest_deadline()
     try:
         uploaded = await services.run_ingest(use.ingest_upload, services, principal, staged.path, target, replace,

@@ -16,7 +16,7 @@ from starlette.requests import ClientDisconnect, Request
 
 from ingest import files
 from ui.api.errors import ApiError
-from ui.serving.limits import size_text
+from ui.serving.uploads import too_large
 
 if TYPE_CHECKING:
     from python_multipart.multipart import MultipartCallbacks
@@ -116,7 +116,8 @@ class StagedUpload:
         """Take the next bytes; 413 past the limit."""
         self._size += len(data)
         if self._size > self._limit:
-            raise ApiError(413, "too_large", f"upload over {size_text(self._limit)} (RAG_MAX_UPLOAD_MB)",
+            refusal = too_large(self._limit)
+            raise ApiError(413, refusal.kind, refusal.message,
                            headers={"Connection": "close"})  # the client should stop sending the rest
         self._buffer += data
         if len(self._buffer) >= FLUSH_BYTES:

@@ -8,6 +8,8 @@ socket, and the sign-in throttle.
 - Other requests: a session that ended is taken out of the request (Chainlit then answers 401 where a sign-in is
   needed, and pages still load so one can sign in again) and its cookie is deleted.
 - `POST /chat/login` goes through the LoginLimiter (ui.chat.login).
+- `POST /chat/project/file` (a file dropped into the chat) is refused before a byte is stored unless the session is
+  an admin's: Chainlit stores any signed-in user's file in the session's folder (ui.chat.uploads).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from ui.web_guards import is_cross_site
 log = logging.getLogger("rag.chat")
 SOCKET_PREFIX = "/ws/"
 LOGIN_PATH = "/login"
+UPLOAD_PATH = "/project/file"
+ADMINS_ONLY = "Only administrators can add documents to the knowledge base."
 # Chainlit's session cookie: this name, or name_0, name_1… when the token is split (chainlit.auth.cookie).
 COOKIE_NAME = os.environ.get("CHAINLIT_AUTH_COOKIE_NAME", "access_token")
 
@@ -52,8 +56,12 @@ class ChatGuard:
                 return
         elif context.settings.ui_auth and _has_stale_session(scope, context):
             scope, send = _without_session(scope), _deleting_cookies(send, _session_cookies(scope))
-        if context.settings.ui_auth and scope["type"] == "http" and scope["method"] == "POST" and route == LOGIN_PATH:
+        posted = scope["type"] == "http" and scope["method"] == "POST"
+        if context.settings.ui_auth and posted and route == LOGIN_PATH:
             await self.login(self.app, scope, receive, send)
+            return
+        if posted and route == UPLOAD_PATH and not _may_upload(scope, context):
+            await reply(send, 403, ADMINS_ONLY)
             return
         await self.app(scope, receive, send)
 
@@ -88,6 +96,16 @@ def session_token(scope: Scope) -> str | None:
     if scheme.lower() != "bearer":
         return None
     return token.strip() or None
+
+
+def _may_upload(scope: Scope, context: ChatContext) -> bool:
+    """Whether the request comes from a signed-in admin (without sign-in, everyone is an anonymous reader); a
+    request without a current session goes on to Chainlit, which asks for a sign-in."""
+    if not context.settings.ui_auth:
+        return False
+    token = session_token(scope)
+    user = current_user(token, context)
+    return user.principal.is_admin if user is not None else token is None
 
 
 def _has_stale_session(scope: Scope, context: ChatContext) -> bool:

@@ -26,6 +26,7 @@ from ui.chat.data_layer import ChatDataLayer, history_from_steps
 from ui.chat.render import SourcePanel, answer_markdown, source_panels, welcome_markdown
 from ui.chat.sessions import message_allowed, sign_in_metadata
 from ui.chat.texts import Language, pick_language, text
+from ui.chat.uploads import add_files, admin_hint, chat_profiles, dropped_files, forget
 from ui.chat.users import authenticate
 from ui.serving.answering import answer_stream, ask_body
 from ui.serving.documents import visible_documents
@@ -77,6 +78,12 @@ def _principal() -> Principal:
     return _principal_of(user.identifier if user is not None else None)
 
 
+@cl.set_chat_profiles
+async def profiles(user: cl.User | None, language: str | None = None) -> list[cl.ChatProfile]:
+    """One profile per user, for its settings: only admins get the button that attaches files (ui.chat.uploads)."""
+    return chat_profiles(_principal_of(user.identifier if user is not None else None))
+
+
 def _language() -> Language:
     environ: dict[str, Any] = cl.context.session.environ or {}
     return pick_language(str(environ.get("HTTP_ACCEPT_LANGUAGE", "")))
@@ -96,7 +103,8 @@ async def start() -> None:
 
 def _welcome(language: Language, principal: Principal) -> str:
     entries = visible_documents(context.services(), principal)  # counts too: no hint of what one may not see
-    return welcome_markdown([e.source for e in entries], sum(len(e.chunk_ids) for e in entries), language)
+    welcome = welcome_markdown([e.source for e in entries], sum(len(e.chunk_ids) for e in entries), language)
+    return f"{welcome}\n\n{admin_hint(context.settings, language)}" if principal.is_admin else welcome
 
 
 @cl.on_chat_resume
@@ -110,10 +118,18 @@ async def resume(thread: ThreadDict) -> None:
 
 @cl.on_message
 async def on_message(message: cl.Message) -> None:
-    """Answer a question from the documents, streaming, with sources, or say clearly why not."""
+    """Add the files an admin dropped (ui.chat.uploads), then answer the question, if any, from the documents,
+    streaming, with sources, or say clearly why not."""
     language = _language()
+    files = dropped_files(message)
     if not await message_allowed(language):  # the sign-in expired or the user's account changed
+        for file in files:
+            forget(file)  # nothing of an ended session is kept
         return
+    if files:
+        await add_files(files, _principal(), language)
+        if not message.content.strip():
+            return
     if len(message.content) > QUESTION_CHARS:
         await cl.Message(content=f"⚠️ {text(language, 'too_long', limit=QUESTION_CHARS)}").send()
         return

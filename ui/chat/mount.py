@@ -38,12 +38,14 @@ def mount_chat(app: FastAPI, settings: Settings, services: Callable[[], Services
     from chainlit.server import app as chainlit_app
     from chainlit.utils import mount_chainlit
 
+    from ui.chat import uploads
     from ui.chat.guard import ChatGuard
     from ui.chat.login import LoginLimiter
 
     # Chainlit reads it for the token's expiry and the cookie's max-age at each sign-in.
     config.project.user_session_timeout = round(settings.session_hours * 3600)
     config.project.allow_origins[:] = settings.cors_origin_list  # in place: Chainlit's CORS layer holds this list
+    uploads.configure(config, settings)  # files dropped into the chat: our types and RAG_MAX_UPLOAD_MB
     mount_chainlit(app, target=str(CHAT_DIR / "handlers.py"), path=CHAT_PATH)
     limiter = LoginLimiter(settings.login_max_failures, settings.login_window_s, settings.login_concurrency)
     chainlit_app.add_middleware(ChatGuard, login=limiter)  # outermost of Chainlit's app: sees every /chat request

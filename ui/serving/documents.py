@@ -93,10 +93,10 @@ def check_upload(services: Services, principal: Principal, target: Path, replace
 
 
 def ingest_upload(services: Services, principal: Principal, staged: Path, target: Path, replace: bool,
-                  deadline: float | None = None) -> Uploaded:
+                  deadline: float | None = None, channel: str = "API") -> Uploaded:
     """Move a staged upload into the documents folder and ingest it, as one locked change; a failed ingest puts
     back what was there (a crash midway is settled by the next change: see ingest.files)."""
-    with _locked(services, f"upload of {target.name} (API)", deadline):
+    with _locked(services, f"upload of {target.name} ({channel})", deadline):
         check_upload(services, principal, target, replace)  # again, under the lock: no other upload lands now
         swap = files.swap_in(staged, target)
         try:

@@ -26,13 +26,16 @@ NAME_CHARS = 200  # model names and other identifiers
 # The largest valid JSON request is about MESSAGES_CHARS × 6 bytes (a client's \uXXXX escapes of CJK text):
 # ~190 KiB, under RAG_MAX_BODY_KB's default of 256.
 UPLOAD_OVERHEAD = 64 * 1024  # multipart boundaries and part headers around the file itself
-UPLOAD_ROUTES = frozenset({("POST", "/v1/documents")})
+# The API's upload, and Chainlit's (an admin's file dropped into the chat at /chat: ui.chat.mount.CHAT_PATH).
+CHAT_UPLOAD = ("POST", "/chat/project/file")
+UPLOAD_ROUTES = frozenset({("POST", "/v1/documents"), CHAT_UPLOAD})
 
 
 class BodyLimit:
     """Request bodies over their route's limit end in 413 before the app reads them: a declared Content-Length at
     once, without reading a byte; a chunked body as soon as the bytes received pass the limit. Uploads
-    (POST /v1/documents) get RAG_MAX_UPLOAD_MB plus multipart overhead, everything else RAG_MAX_BODY_KB."""
+    (POST /v1/documents, POST /chat/project/file) get RAG_MAX_UPLOAD_MB plus multipart overhead, everything else
+    RAG_MAX_BODY_KB."""
 
     def __init__(self, app: ASGIApp, body_limit: int, upload_limit: int) -> None:
         self.app, self.body_limit, self.upload_limit = app, body_limit, upload_limit
