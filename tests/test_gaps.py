@@ -219,3 +219,20 @@ def test_rag_gaps_prints_topics_and_json(settings: Settings, cli_env: dict[str, 
     assert json.loads(runner.invoke(gaps, ["--since", "2099-01-01", "--json"], env=cli_env).output)["total"] == 0
     bad = runner.invoke(gaps, ["--since", "yesterday"], env=cli_env)
     assert bad.exit_code == 2 and "Invalid value for '--since'" in bad.output and "7d" in bad.output
+
+
+def test_an_admin_of_some_groups_sees_only_questions_near_their_documents(make_client: MakeClient) -> None:
+    hr_admin = "hr-admin-key-0123456789"
+    client = make_client(api_keys=f"{ADMIN_KEY}:*:admin,{READER_KEY},{hr_admin}:hr:admin")
+    leave = next(d for d in client.get("/v1/documents").json() if d["source"] == "leave.md")
+    services: Services = client.app.state.services  # type: ignore[attr-defined]
+    assert services.unanswered is not None
+    for question, source, doc_id in (("How long is parental leave?", "leave.md", leave["id"]),
+                                     ("What are the board's salaries?", "board/pay.md", "elsewhere"),
+                                     ("Where is the canteen?", "", "")):
+        services.unanswered.record(Asked(question, "escalated", source=source, doc_id=doc_id))
+    seen = client.get("/v1/gaps", params={"since": "all"}, headers={"Authorization": f"Bearer {hr_admin}"}).json()
+    # A question that matched no document tells of none: it stays.
+    assert {e for topic in seen["topics"] for e in topic["examples"]} == {"How long is parental leave?",
+                                                                          "Where is the canteen?"}
+    assert client.get("/v1/gaps", params={"since": "all"}).json()["total"] == 3  # the operator's key sees all
