@@ -30,7 +30,9 @@ REASONS: tuple[Reason, ...] = ("refused", "escalated", "thumbs_down")
 DISTANCE_THRESHOLD = 0.55
 EXAMPLES = 3
 KEYWORDS = 3
-MAX_QUESTIONS = 5000  # distinct questions clustered (the newest); agglomerative clustering is quadratic in memory
+# Distinct questions clustered per report (the newest): clustering holds all pairwise distances. 2,000 took 13 s to
+# embed (6.7 ms a question) and 2.4 s and ~50 MB to cluster on 2 CPU cores; 5,000 needed ~200 MB more.
+MAX_QUESTIONS = 2000
 SAME_ASKING = timedelta(hours=1)  # a rating this soon after a recorded refusal of the same question is that one
 _SINCE = re.compile(r"(\d+)\s*([hdw])")
 _UNITS = {"h": "hours", "d": "days", "w": "weeks"}
