@@ -37,6 +37,7 @@ ARTIFACTS = REPO / "tests" / "artifacts"
 BIN = REPO / ".venv" / "bin"
 USER, PASSWORD = "alice", "correct horse battery"  # groups staff: never sees the HR document
 HR_USER, HR_PASSWORD = "hana", "staple payroll lantern"  # groups hr
+ADMIN, ADMIN_PASSWORD = "root", "gravel orbit teapot"  # all groups, admin: may drop files into the chat
 ANSWER_TIMEOUT_MS = 180_000
 # An HR-only document (front matter groups: [hr]) whose facts must never reach alice, in any form.
 HR_SOURCE = "retention-bonus-2027.md"
@@ -91,8 +92,8 @@ def _stop(app: ChatApp) -> None:
 
 @pytest.fixture(scope="module")
 def chat_app(tmp_path_factory: pytest.TempPathFactory, llm_server: LLMServer) -> Iterator[ChatApp]:
-    """English samples and one HR-only document ingested, sign-in on (alice: staff, hana: hr), answering with the
-    session's vLLM."""
+    """English samples and one HR-only document ingested, sign-in on (alice: staff, hana: hr, root: admin),
+    answering with the session's vLLM."""
     folder = tmp_path_factory.mktemp("chat")
     data_dir, hr_docs = folder / "data", folder / "hr"
     hr_docs.mkdir()
@@ -100,7 +101,8 @@ def chat_app(tmp_path_factory: pytest.TempPathFactory, llm_server: LLMServer) ->
     for documents in (SAMPLES / "en", hr_docs):
         subprocess.run([str(BIN / "rag-ingest"), str(documents)], env=_env(data_dir), check=True,
                        capture_output=True)
-    users = f"{USER}:{hash_password(PASSWORD)}:staff,{HR_USER}:{hash_password(HR_PASSWORD)}:hr"
+    users = (f"{USER}:{hash_password(PASSWORD)}:staff,{HR_USER}:{hash_password(HR_PASSWORD)}:hr,"
+             f"{ADMIN}:{hash_password(ADMIN_PASSWORD)}:*:admin")
     # API keys set: the PDF viewer must reach its file through the chat's session, not as an anonymous caller.
     app = _serve(data_dir, folder / "serve.log", llm_base_url=llm_server.settings.llm_base_url,
                  ui_users=users, ui_auth_secret="x" * 64, api_keys="k" * 24 + ":*:admin")
@@ -483,3 +485,50 @@ def test_chat_works_under_its_content_security_policy_and_asks_nothing_from_outs
     assert not violations, violations
     outside = [url for url in requested if not url.startswith((f"{chat_app.url}/", "data:", "blob:"))]
     assert not outside, outside
+
+
+# Dropped into the chat by the admin (the last test of the chat_app module: it adds a document to its index).
+DROPPED = ("office-vpn.md", "# Office VPN\n\nThe office VPN uses the WireGuard profile named quokka-tunnel. Import "
+                            "quokka-tunnel.conf into WireGuard, then connect.\n")
+_DROP = """([name, text]) => { const data = new DataTransfer();
+    data.items.add(new File([text], name, {type: 'text/markdown'})); return data; }"""
+
+
+def test_an_admin_drops_a_file_into_the_chat_and_it_is_searchable_a_reader_cannot(browser: Browser,
+                                                                                  chat_app: ChatApp) -> None:
+    """root drags a Markdown file onto the chat with a question about it: the file is added (its message says so),
+    and the answer cites it. alice has no attach button, and Chainlit's upload route refuses her file."""
+    admin = browser.new_context(viewport={"width": 1280, "height": 900}, locale="en-US")
+    page = admin.new_page()
+    _sign_in(page, chat_app, ADMIN_PASSWORD, user=ADMIN)
+    expect(page.get_by_text("As an administrator you can add documents")).to_be_visible(timeout=30_000)
+    expect(page.locator("#upload-button")).to_have_count(1)  # the composer's attach button
+    name, content = DROPPED
+    data = page.evaluate_handle(_DROP, [name, content])
+    for event in ("dragenter", "dragover", "drop"):  # what dragging a file from the desktop fires
+        page.locator("#chat-input").dispatch_event(event, {"dataTransfer": data})
+    expect(page.get_by_text(name).first).to_be_visible(timeout=10_000)  # attached in the composer
+    _ask(page, "Which WireGuard profile does the office VPN use?")
+    expect(page.get_by_text(f"✅ {name} added: 1 passage, visible to everyone.")).to_be_visible(timeout=60_000)
+    finished = page.locator("[data-step-type=assistant_message]").filter(has_text=FINISHED)
+    expect(finished.last).to_contain_text("tok/s", timeout=ANSWER_TIMEOUT_MS)
+    assert name in finished.last.inner_text(), finished.last.inner_text()  # among the sources
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "chat-drop.png"))
+    admin.close()
+    entries = list_documents(Settings(data_dir=chat_app.data_dir, _env_file=None))  # type: ignore[call-arg]
+    assert [entry.access for entry in entries if entry.source == name] == ["open"]
+    session_files = [path for path in (REPO / "ui" / "chat" / ".files").rglob("*") if path.is_file()]
+    assert not [path for path in session_files if path.read_bytes() == content.encode()]  # Chainlit's copy is gone
+
+    reader = browser.new_context(viewport={"width": 1280, "height": 900}, locale="en-US")
+    page = reader.new_page()
+    _sign_in(page, chat_app)
+    expect(page.get_by_text("I answer from")).to_be_visible(timeout=30_000)
+    assert "As an administrator" not in page.inner_text("body")
+    expect(page.locator("#upload-button")).to_have_count(0)
+    expect(page.locator("#upload-button-input")).to_have_count(0)
+    refused = page.request.post(f"{chat_app.url}/chat/project/file?session_id=x", multipart={
+        "file": {"name": "notes.md", "mimeType": "text/markdown", "buffer": b"# Notes\n"}})
+    assert refused.status == 403 and "Only administrators" in refused.text(), refused.text()
+    reader.close()

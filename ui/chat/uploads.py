@@ -36,11 +36,12 @@ ASK_TIMEOUT_S = 300  # how long the replace question waits for an answer (then t
 
 def configure(config: ChainlitConfig, settings: Settings) -> None:
     """Chainlit's upload settings from ours: our file types (by ending, whatever type the browser names), at most
-    MAX_FILES a message, RAG_MAX_UPLOAD_MB each (Chainlit counts whole MiB; ours is checked exactly)."""
+    MAX_FILES a message, RAG_MAX_UPLOAD_MB each. Chainlit counts whole MB (10^6 bytes in the browser, MiB on the
+    server): rounded up, so that a file just over our limit gets our exact refusal rather than Chainlit's."""
     endings = list(suffixes())
     config.features.spontaneous_file_upload = SpontaneousFileUploadFeature(
         enabled=True, accept={"application/*": endings, "text/*": endings}, max_files=MAX_FILES,
-        max_size_mb=math.ceil(settings.max_upload_mb))
+        max_size_mb=math.ceil(upload_limit(settings) / 1e6))
 
 
 def chat_profiles(principal: Principal) -> list[cl.ChatProfile]:
@@ -135,8 +136,9 @@ def _done(uploaded: Uploaded, language: Language) -> str:
     else:
         public = state.current().settings.ungrouped == "public"
         visible = text(language, "visible_public" if public else "visible_private")
+    chunks = len(entry.chunk_ids)
     return text(language, "upload_done", name=entry.source, status=text(language, f"upload_{uploaded.status}"),
-                chunks=len(entry.chunk_ids), visible=visible)
+                chunks=text(language, "passage_one" if chunks == 1 else "passage_many", n=chunks), visible=visible)
 
 
 def _reason(exc: Exception, language: Language) -> str:
