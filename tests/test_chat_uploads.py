@@ -215,16 +215,22 @@ def test_the_question_with_the_files_is_answered_after_them(chat: Chat) -> None:
 
 
 def test_only_files_in_chainlits_session_folder_are_taken(chat: Chat, tmp_path: Path) -> None:
-    """An element pointing anywhere else is neither ingested nor removed."""
-    elsewhere = tmp_path / "keep.md"
+    """An element pointing anywhere else is neither ingested nor removed; one already handled (an edited message
+    keeps its elements) is not taken again."""
+    elsewhere, handled = tmp_path / "keep.md", FILES_DIRECTORY / f"{uuid.uuid4()}.md"
     elsewhere.write_bytes(VPN)
 
-    async def dropped() -> list[object]:
+    async def dropped(path: Path) -> list[object]:
         init_http_context()
-        return list(uploads.dropped_files(cl.Message(content="", elements=[cl.File(name="k", path=str(elsewhere))])))
+        return list(uploads.dropped_files(cl.Message(content="", elements=[cl.File(name="k", path=str(path))])))
 
-    assert asyncio.run(dropped()) == []
-    assert elsewhere.exists()
+    assert asyncio.run(dropped(elsewhere)) == [] and elsewhere.exists()
+    assert asyncio.run(dropped(handled)) == []
+    handled.write_bytes(VPN)
+    try:
+        assert len(asyncio.run(dropped(handled))) == 1
+    finally:
+        handled.unlink()
 
 
 def _scope(path: str, token: str | None) -> Scope:

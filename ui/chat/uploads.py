@@ -57,10 +57,11 @@ def admin_hint(settings: Settings, language: Language) -> str:
 
 
 def dropped_files(message: cl.Message) -> list[Element]:
-    """The files attached to a message: Chainlit's elements that point into its sessions' folder."""
+    """The files attached to a message: Chainlit's elements that point into its sessions' folder, still there (an
+    edited message comes back with the files it had, already handled and removed)."""
     folder = FILES_DIRECTORY.resolve()
-    return [element for element in message.elements or []
-            if element.path and Path(element.path).resolve().is_relative_to(folder)]
+    return [element for element in message.elements or [] if element.path
+            and Path(element.path).resolve().is_relative_to(folder) and Path(element.path).is_file()]
 
 
 async def add_files(files: list[Element], principal: Principal, language: Language) -> None:
