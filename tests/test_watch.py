@@ -17,10 +17,12 @@ from typing import Any
 import pytest
 from watchfiles import Change
 
+from ingest import service
 from ingest.pipeline import plan_sync
 from ingest.service import open_manifest
 from ingest.watch import Relevant
 from rag.config import Settings
+from tests.conftest import CountingEmbedder
 from tests.test_crash_steps import state
 
 BIN = Path(sys.executable).parent
@@ -169,8 +171,10 @@ def test_the_watcher_follows_every_kind_of_change_and_stops_on_sigterm(
         (docs / "burst" / f"{n:02d}.md").write_text(_doc(f"topic {n}"))
         time.sleep(0.03)
     assert len(converge(settings, docs)) == 27
-    watcher.wait_for("+ … and 5 more")  # a large change names 20 files, not all
+    watcher.wait_for("; 27 chunks (")  # the last sync's summary, printed after its files were recorded
     assert watcher.syncs() - syncs <= 2, f"a burst of 25 writes gave {watcher.syncs() - syncs} syncs"
+    if watcher.syncs() - syncs == 1:  # (a loaded machine may pause the writer longer than the quiet period)
+        assert "+ … and 5 more" in watcher.output  # a large change names 20 files, not all
     assert "~$report.docx" not in watcher.output  # the burst's sync scanned the folder: no editor file was tried
 
     assert watcher.stop(signal.SIGTERM) == 0, watcher.output
@@ -199,20 +203,18 @@ def test_a_busy_ingest_lock_is_waited_out_then_synced(settings: Settings, docs: 
     assert watcher.stop(signal.SIGINT) == 0, watcher.output
 
 
-def test_a_stop_during_a_sync_ends_it_safely(settings: Settings, docs: Path, cli_env: dict[str, str],
+def test_a_stop_during_a_sync_ends_it_safely(settings: Settings, docs: Path, embedder: CountingEmbedder,
                                              watching: Callable[[], Watching]) -> None:
-    for n in range(30):
+    for n in range(16):
         (docs / f"{n:02d}.md").write_text(_doc(f"topic {n}"))
     watcher = watching()
     lock = settings.index_dir / "ingest.lock"
     _until(lambda: lock.is_file() and "--watch" in lock.read_text(), 30, lambda: watcher.output)
     assert watcher.stop(signal.SIGTERM) == 0, watcher.output  # while the model loads or the files are parsed
     assert "stopped during a sync" in watcher.output
-    assert len(_index(settings)) < 30  # consistent (nothing pending, the three stores agree), and cut short
-    finish = subprocess.run([str(BIN / "rag-ingest"), str(docs)], env=cli_env, capture_output=True, text=True,
-                            timeout=120, check=False)
-    assert finish.returncode == 0, finish.stderr
-    assert len(converge(settings, docs, timeout=5)) == 30
+    assert len(_index(settings)) < 16  # consistent (nothing pending, the three stores agree), and cut short
+    service.sync([docs], settings, embedder=embedder)  # the next run completes it
+    assert len(converge(settings, docs, timeout=5)) == 16
 
 
 def test_a_vanished_folder_stops_the_watcher_and_prunes_nothing(settings: Settings, docs: Path, tmp_path: Path,
