@@ -155,7 +155,7 @@ def _watch(watcher: Watcher) -> int:
             console.print(f"watching {', '.join(map(str, watcher.paths))} (Ctrl-C or SIGTERM stops)", highlight=False)
             watcher.run()
         except Stopped:
-            console.print("stopped during a sync: what was stored stays; the rest is synced at the next start",
+            console.print("stopped before this sync ended: what it stored stays; the rest is synced at the next start",
                           highlight=False)
     console.print("stopped", highlight=False)
     return 0

@@ -211,7 +211,7 @@ def test_a_stop_during_a_sync_ends_it_safely(settings: Settings, docs: Path, emb
     lock = settings.index_dir / "ingest.lock"
     _until(lambda: lock.is_file() and "--watch" in lock.read_text(), 30, lambda: watcher.output)
     assert watcher.stop(signal.SIGTERM) == 0, watcher.output  # while the model loads or the files are parsed
-    assert "stopped during a sync" in watcher.output
+    assert "stopped before this sync ended" in watcher.output
     assert len(_index(settings)) < 16  # consistent (nothing pending, the three stores agree), and cut short
     service.sync([docs], settings, embedder=embedder)  # the next run completes it
     assert len(converge(settings, docs, timeout=5)) == 16
