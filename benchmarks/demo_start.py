@@ -10,9 +10,10 @@ and an empty inductor cache (a fresh clone; the embedder's ONNX export is made b
 - after: `rag llm --no-wait` (eager: RAG_LLM_COMPILE=auto), `rag-ingest data/samples` meanwhile, `rag llm --detach`
   (waits for the server), then `rag ask`.
 
-For each it prints the seconds of each step and until the first answer, then the server's prefill and decode speed
-(benchmarks.llm_dtype's timing), and the ratios after/before. `--quick` runs the ingest and the question of the
-quick sample against the server already running at --url, in seconds: it checks the code, not the figures.
+For each it prints the seconds of each step and until the first answer, and the ratio after/before (what eager
+costs each answer afterwards: benchmarks.llm_start times both servers in turn). `--quick` runs the ingest and the
+question of the quick sample against the server already running at --url, in seconds: it checks the code, not the
+figures.
 """
 
 from __future__ import annotations
@@ -25,8 +26,6 @@ import time
 from pathlib import Path
 
 from benchmarks.common import REPO, free_port, sample_docs
-from benchmarks.llm_dtype import time_server
-from rag.config import Settings
 
 BIN = REPO / ".venv" / "bin"
 QUESTION = "How do I create a Python virtual environment?"
@@ -56,20 +55,18 @@ def demo_env(tmp: Path, compile_mode: str, base_url: str) -> dict[str, str]:
     """A newcomer's environment: no RAG_* of ours, an empty data folder and compile cache, a port of its own."""
     env = {name: value for name, value in os.environ.items() if not name.startswith("RAG_")}
     return env | {"RAG_DATA_DIR": str(tmp / "data"), "RAG_LLM_BASE_URL": base_url, "RAG_LLM_COMPILE": compile_mode,
+                  "RAG_LLM_MODEL_PATH": str(REPO / "data" / "models" / "smollm2-135m-instruct"),
                   "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor")}
 
 
-def measure(name: str, docs: Path) -> tuple[list[float], float, float]:
-    """(seconds per step, prefill s, decode tok/s) of one demo run; its server is stopped however the run ends."""
+def measure(name: str, docs: Path) -> list[float]:
+    """Seconds per step of one demo run; its server is stopped however the run ends."""
     with tempfile.TemporaryDirectory() as tmp:
         env = demo_env(Path(tmp), COMPILE[name], f"http://127.0.0.1:{free_port()}/v1")
         try:
-            seconds = run_steps(STEPS[name], env, docs)
-            model = Settings(_env_file=None).llm_model  # type: ignore[call-arg]
-            prefill, decode = time_server(env["RAG_LLM_BASE_URL"], model)
+            return run_steps(STEPS[name], env, docs)
         finally:
             subprocess.run([str(BIN / "rag"), "llm", "--stop"], env=env, cwd=REPO, capture_output=True, timeout=120)
-    return seconds, prefill, decode
 
 
 def quick(url: str, tmp: Path) -> None:
@@ -95,13 +92,10 @@ def main(argv: list[str] | None = None) -> None:
         return
     results = {}
     for name in STEPS:
-        seconds, prefill, decode = results[name] = measure(name, REPO / "data" / "samples")
+        seconds = results[name] = measure(name, REPO / "data" / "samples")
         steps = ", ".join(f"{_label(step)} {took:.0f} s" for step, took in zip(STEPS[name], seconds, strict=True))
-        print(f"{name:6}: first answer {sum(seconds):5.0f} s ({steps}); prefill {prefill:.2f} s, "
-              f"decode {decode:.1f} tok/s", flush=True)
-    (before, b_prefill, b_decode), (after, a_prefill, a_decode) = results["before"], results["after"]
-    print(f"after / before: time to first answer {sum(after) / sum(before):.2f}x, prefill speed "
-          f"{b_prefill / a_prefill:.2f}x, decode speed {a_decode / b_decode:.2f}x")
+        print(f"{name:6}: first answer {sum(seconds):5.0f} s ({steps})", flush=True)
+    print(f"after / before: time to first answer {sum(results['after']) / sum(results['before']):.2f}x")
 
 
 if __name__ == "__main__":

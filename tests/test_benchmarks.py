@@ -33,7 +33,7 @@ QUICK_LLM = {
     "demo_start": ["running server: ingest "],
     "gpu_serving": ["| profile | rate (req/s) |", "| quick | 20 |", "| quick | ∞ |"],
     "llm_dtype": ["CPU bf16 flags: ", "running server               prefill "],
-    "llm_start": ["weights' type: ", "running server         start "],
+    "llm_start": ["weights' type: ", "running server prefill "],
     "query_path": ["query-path overhead ", "prefix cache: "],
 }
 
