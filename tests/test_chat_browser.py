@@ -498,6 +498,7 @@ def test_an_admin_drops_a_file_into_the_chat_and_it_is_searchable_a_reader_canno
                                                                                   chat_app: ChatApp) -> None:
     """root drags a Markdown file onto the chat with a question about it: the file is added (its message says so),
     and the answer cites it. alice has no attach button, and Chainlit's upload route refuses her file."""
+    started = time.time()
     admin = browser.new_context(viewport={"width": 1280, "height": 900}, locale="en-US")
     page = admin.new_page()
     _sign_in(page, chat_app, ADMIN_PASSWORD, user=ADMIN)
@@ -507,8 +508,10 @@ def test_an_admin_drops_a_file_into_the_chat_and_it_is_searchable_a_reader_canno
     data = page.evaluate_handle(_DROP, [name, content])
     for event in ("dragenter", "dragover", "drop"):  # what dragging a file from the desktop fires
         page.locator("#chat-input").dispatch_event(event, {"dataTransfer": data})
-    expect(page.get_by_text(name).first).to_be_visible(timeout=10_000)  # attached in the composer
-    _ask(page, "Which WireGuard profile does the office VPN use?")
+    expect(page.locator("#attachments")).to_contain_text(name, timeout=10_000)  # attached in the composer
+    page.locator("#chat-input").fill("Which WireGuard profile does the office VPN use?")
+    expect(page.locator("#chat-submit")).to_be_enabled(timeout=30_000)  # the upload finished (Enter waits for it)
+    page.keyboard.press("Enter")
     expect(page.get_by_text(f"✅ {name} added: 1 passage, visible to everyone.")).to_be_visible(timeout=60_000)
     finished = page.locator("[data-step-type=assistant_message]").filter(has_text=FINISHED)
     expect(finished.last).to_contain_text("tok/s", timeout=ANSWER_TIMEOUT_MS)
@@ -518,7 +521,8 @@ def test_an_admin_drops_a_file_into_the_chat_and_it_is_searchable_a_reader_canno
     admin.close()
     entries = list_documents(Settings(data_dir=chat_app.data_dir, _env_file=None))  # type: ignore[call-arg]
     assert [entry.access for entry in entries if entry.source == name] == ["open"]
-    session_files = [path for path in (REPO / "ui" / "chat" / ".files").rglob("*") if path.is_file()]
+    session_files = [path for path in (REPO / "ui" / "chat" / ".files").rglob("*")
+                     if path.is_file() and path.stat().st_mtime >= started - 1]
     assert not [path for path in session_files if path.read_bytes() == content.encode()]  # Chainlit's copy is gone
 
     reader = browser.new_context(viewport={"width": 1280, "height": 900}, locale="en-US")
