@@ -79,3 +79,31 @@ def test_a_process_embeds_without_importing_torch(real_embedder: OnnxEmbedder) -
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stderr
     assert np.isclose(np.linalg.norm(real_embedder.embed_query("hello")), 1.0)
+
+
+def test_int8_products_are_exact_on_this_cpu() -> None:
+    """The embedder's session computes u8 x s8 products exactly where ORT's fast x86 kernel would saturate (AVX2
+    without VNNI adds pairs of products in 16 bits): the same integers, so the same int8 vectors, on every CPU."""
+    import onnx
+    import onnxruntime
+    from onnx import TensorProto, helper, numpy_helper
+
+    from rag.onnx_embedder import session_options
+
+    assert session_options().get_session_config_entry("session.x64quantprecision") == "1"
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 256, (64, 384), dtype=np.uint8)
+    b = rng.integers(-127, 128, (384, 96)).astype(np.int8)
+    a[:8], b[:, :8] = 255, 127  # 255·127 + 255·127 = 64,770: past int16 in every pair of these rows and columns
+    graph = helper.make_graph(
+        [helper.make_node("MatMulInteger", ["a", "b", "a_zero"], ["y"])], "g",
+        [helper.make_tensor_value_info("a", TensorProto.UINT8, [None, 384]),
+         helper.make_tensor_value_info("a_zero", TensorProto.UINT8, [])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [None, 96])],
+        initializer=[numpy_helper.from_array(b, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnx.checker.check_model(model)
+    session = onnxruntime.InferenceSession(model.SerializeToString(), session_options(),
+                                           providers=["CPUExecutionProvider"])
+    got = session.run(None, {"a": a, "a_zero": np.array(128, dtype=np.uint8)})[0]
+    assert np.array_equal(got, (a.astype(np.int64) - 128) @ b.astype(np.int64))
