@@ -19,6 +19,7 @@ sees a half-applied write, and only the first load (warm) makes anyone wait. Wri
 
 from __future__ import annotations
 
+import logging
 import re
 import sqlite3
 import threading
@@ -85,9 +86,17 @@ def tokenize(text: str) -> list[str]:
 
 
 def _jieba_words(run: str) -> list[str]:
+    return list(_jieba().cut_for_search(run))
+
+
+@lru_cache(maxsize=1)
+def _jieba() -> Any:
+    """jieba, quiet: it logs its dictionary loading at DEBUG to a stderr handler of its own, which the CLI's
+    reader saw before every Chinese answer."""
     import jieba
 
-    return list(jieba.cut_for_search(run))
+    jieba.setLogLevel(logging.WARNING)
+    return jieba
 
 
 @lru_cache(maxsize=1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import subprocess
 import sys
 import threading
 import time
@@ -293,3 +294,11 @@ def test_writes_during_a_background_compaction_are_kept(tmp_path: Path, monkeypa
     assert reader._worker is not None
     reader._worker.join(timeout=10)
     assert {hit.chunk_id for hit in reader.search("laptops", 10)} == {"4", "5", "6", "7", "new"}
+
+
+def test_chinese_tokenizing_prints_nothing() -> None:
+    """jieba's dictionary loading is not shown to a reader (it logged to stderr before every Chinese answer)."""
+    code = "from rag.keyword import tokenize; print(tokenize('什么是虚拟软件包？'))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert "虚拟" in done.stdout
+    assert done.stderr == ""
