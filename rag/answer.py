@@ -244,7 +244,9 @@ class QueryEngine:
 
     def _extracted(self, run: _Run, why: str, draft: _Draft | None = None) -> Iterator[Event]:
         quotes = extract(run.standalone, run.hits, run.language, self._encoder)
-        if not quotes:  # no sentence of the excerpts addresses the question
+        # No sentence addresses the question, or the question names things (Windows, Microsoft Office) that the
+        # quotes never name: an excerpt mentioning one of them elsewhere let retrieval through, not an answer.
+        if not quotes or names_none(run.standalone, [quote.text for quote in quotes]):
             yield from self._refused(run, "refusal", draft=draft)
             return
         label = reply("other_language" if why == "other_language" else "quoted", run.language)
@@ -286,8 +288,13 @@ class QueryEngine:
 def unmentioned(question: str, hits: Sequence[Hit]) -> bool:
     """Whether the question names several things (Windows, Microsoft Office) of which no excerpt names any: the
     excerpts are about something else, however close their words."""
+    return names_none(question, [hit.text for hit in hits])
+
+
+def names_none(question: str, texts: Sequence[str]) -> bool:
+    """Whether the question names several things and none of the texts names any of them."""
     asked = proper_names(question)
-    return len(asked) >= 2 and not mentions_any([hit.text for hit in hits], asked)
+    return len(asked) >= 2 and not mentions_any(texts, asked)
 
 
 def _with_markers(text: str, sources: Sequence[int]) -> str:

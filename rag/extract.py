@@ -16,7 +16,7 @@ from typing import Protocol
 
 from rag.embedder import Vectors
 from rag.keyword import HAN_CHAR, tokenize
-from rag.sentences import Language, split_sentences, strip_tags
+from rag.sentences import Language, is_list_item, split_sentences, strip_tags
 from rag.types import Hit
 
 MAX_QUOTES, MAX_CHARS, KEEP_RATIO = 3, 600, 0.85
@@ -76,11 +76,13 @@ def separate_headings(text: str) -> str:
     """The text with short lines that end without punctuation (headings, PDF running titles) set apart as
     blocks of their own, so they do not run into the sentence that follows them."""
     lines = text.split("\n")
-    out = []
+    out, in_item = [], False
     for line, following in zip(lines, [*lines[1:], ""], strict=True):
         out.append(line)
         stripped, after = line.strip(), following.lstrip()
-        if stripped and _width(stripped) < HEADING_WIDTH and not _ENDS_SENTENCE.search(stripped) \
+        wrapped = in_item and line[:1] in (" ", "\t")  # an indented line of a list item's text, never a heading
+        in_item = bool(is_list_item(line)) or wrapped
+        if stripped and not wrapped and _width(stripped) < HEADING_WIDTH and not _ENDS_SENTENCE.search(stripped) \
                 and after and not after[0].islower():
             out.append("")
     return "\n".join(out)

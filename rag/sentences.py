@@ -22,6 +22,8 @@ _END = re.compile(r"[。！？]|[.!?](?=[\"'”’)]*(?:\s|$|\[\d))")
 _CLOSERS = re.compile(r"[\"'”’)」』]*")
 # A blank line, or a line break before or after a list item, ends a block (never mid-sentence line wraps of PDFs).
 _LIST_ITEM = re.compile(r"[ \t]*(?:[-*•]|\d{1,2}[.)])\s")
+# An indented line under a list item continues it (Markdown wraps an item's text so).
+_CONTINUED = re.compile(r"[ \t]+\S")
 _BREAK = re.compile(r"\n(?:[ \t]*\n)*")
 _ABBREVIATED = "e.g i.e etc vs cf mr mrs ms dr prof no fig sec ch vol approx incl esp st"
 _ABBREVIATIONS = frozenset(_ABBREVIATED.split())
@@ -48,6 +50,11 @@ def question_language(question: str) -> Language:
 
 def _strip_code(text: str) -> str:
     return re.sub(r"`[^`]*`", " ", text)
+
+
+def is_list_item(line: str) -> bool:
+    """Whether a line starts a list item ("- ", "* ", "• ", "1. ", "2) ")."""
+    return _LIST_ITEM.match(line) is not None
 
 
 def strip_markers(text: str) -> str:
@@ -97,8 +104,8 @@ def split_spans(text: str, final: bool = True) -> list[tuple[int, int]]:
 def _block_breaks(text: str) -> Iterator[re.Match[str]]:
     for match in _BREAK.finditer(text):
         line_start = text.rfind("\n", 0, match.start()) + 1
-        if ("\n" in match.group()[1:] or _LIST_ITEM.match(text, match.end())
-                or _LIST_ITEM.match(text, line_start)):
+        after_item = _LIST_ITEM.match(text, line_start) and not _CONTINUED.match(text, match.end())
+        if "\n" in match.group()[1:] or _LIST_ITEM.match(text, match.end()) or after_item:
             yield match
 
 

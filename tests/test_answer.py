@@ -148,6 +148,21 @@ def test_question_about_things_no_excerpt_names_is_refused(retriever: Retriever)
     assert QueryEngine(retriever, server.llm(), 2, -1.0, mode="extract").ask(LEAVE, principal=ALL).mode == "extracted"
 
 
+def test_quotes_that_name_none_of_the_things_asked_about_are_refused(docs: Path, write: Write, settings: Settings,
+                                                                    embedder: CountingEmbedder) -> None:
+    """An excerpt that names Windows once lets retrieval through, but a quote about installing something else is
+    no answer to a question about Microsoft Office on Windows."""
+    write("it/install.md", "# Installing software\nLaptops run Windows or Debian.\n\n"
+                           "To install a program, open the Software Center and press Install.")
+    service.sync([docs], settings, embedder=embedder)
+    engine = QueryEngine(Retriever(embedder, build_store(settings)), FakeLLMServer(lambda m: "").llm(), 1, -1.0,
+                         mode="extract", encoder=embedder)
+    office = engine.ask("How do I install Microsoft Office on Windows?", principal=ALL)
+    assert (office.mode, office.answerable) == ("refused", False), office.text
+    named = engine.ask("How do I install programs from the Software Center on Debian laptops?", principal=ALL)
+    assert named.mode == "extracted" and "Software Center" in named.text, named.text
+
+
 def test_low_retrieval_score_refuses_without_calling_the_llm(retriever: Retriever) -> None:
     server = FakeLLMServer(lambda messages: "should not be called")
     engine = QueryEngine(retriever, server.llm(), top_k=2, refusal_threshold=0.99)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rag.extract import extract
+from rag.extract import extract, separate_headings
 from rag.grounding import RepetitionGuard, SupportChecker, names, numbers
 from rag.sentences import SentenceBuffer, language_of, question_language, split_sentences
 from rag.types import Hit
@@ -25,6 +25,20 @@ def test_sentences_split_on_english_and_chinese_punctuation_lists_and_keep_marke
         "Founded by Ian Murdock on August 16th, 1993 [1].", "The name joins Ian and Debra, e.g. his wife.[2]",
         "Run python3 -m venv env.", "- step one", "- step two", "虚拟软件包是通用名称。",
         "可以使用 cron-apt；它默认只更新。", "J. Smith said so! then wrapped line."]
+
+
+WRAPPED_ITEM = ("2. 61184…65519 → UIDs for dynamic users are allocated from this range (see the\n"
+                "   `DynamicUser=` documentation in\n   [`systemd.exec(5)`](https://example.org/exec)). This\n"
+                "   range is below 65535.\n- next item\n   Indented Title\nText follows.")
+
+
+def test_a_wrapped_list_item_is_one_sentence_and_its_short_lines_are_no_headings() -> None:
+    assert split_sentences(separate_headings(WRAPPED_ITEM)) == [
+        "2.", "61184…65519 → UIDs for dynamic users are allocated from this range (see the `DynamicUser=` "
+        "documentation in [`systemd.exec(5)`](https://example.org/exec)).", "This range is below 65535.",
+        "- next item", "Indented Title Text follows."]
+    assert split_sentences(separate_headings("   Indented Title\nText follows.")) == [
+        "Indented Title", "Text follows."]
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 7])
