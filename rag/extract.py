@@ -81,7 +81,7 @@ def separate_headings(text: str) -> str:
         out.append(line)
         stripped, after = line.strip(), following.lstrip()
         wrapped = in_item and line[:1] in (" ", "\t")  # an indented line of a list item's text, never a heading
-        in_item = bool(is_list_item(line)) or wrapped
+        in_item = is_list_item(line) or wrapped
         if stripped and not wrapped and _width(stripped) < HEADING_WIDTH and not _ENDS_SENTENCE.search(stripped) \
                 and after and not after[0].islower():
             out.append("")

@@ -1,9 +1,11 @@
-"""Sentence-BERT on ONNX Runtime: the CPU embedder, from the model exported once to ONNX; no torch when it runs.
+"""Sentence-BERT on ONNX Runtime: the embedder of CPUs without native bf16, from the model exported once to ONNX;
+no torch when it runs.
 
-Same vectors as sentence-transformers in float32 (cosine ≥ 0.99999 on the Python docs) at about 3× its speed on
-2 cores, and a process that starts without importing torch. sentence-transformers' own ONNX backend would be the
-library's way, but it needs optimum, which pins transformers below the 5.x this project uses; so the model is
-exported here (torch.onnx, once, cached) and run with onnxruntime and the model's own `tokenizers` tokenizer.
+Same vectors as sentence-transformers in float32 (cosine ≥ 0.99999 on the Python docs), at 1.0-1.4× torch
+float32's speed on 2 cores (measured on two machines), and a process that starts without importing torch.
+sentence-transformers' own ONNX backend would be the library's way, but it needs optimum, which pins
+transformers below the 5.x this project uses; so the model is exported here (torch.onnx, once, cached) and run
+with onnxruntime and the model's own `tokenizers` tokenizer.
 """
 
 from __future__ import annotations
