@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+
 from ingest.chunker import chunk_document
 from ingest.loaders import LoadedDoc, Section
 from ingest.parse import token_counter
-from rag.embedder import Embedder
-from rag.wiring import resolve_embed_model
+from rag.config import Settings
+from rag.embedder import Embedder, TorchEmbedder
+from rag.onnx_embedder import OnnxEmbedder
+from rag.wiring import build_embedder, resolve_embed_model
 
 COUNT = token_counter(resolve_embed_model("bundled:all-MiniLM-L6-v2"))
 
@@ -16,11 +20,19 @@ def _chunks(text: str, size: int = 120, overlap: int = 20, headings: tuple[str, 
     return [piece.text for piece in chunk_document(doc, COUNT, size, overlap, 254)]
 
 
-def test_embedder_window_is_minilm_256_minus_specials(real_embedder: Embedder) -> None:
-    assert real_embedder.max_tokens == 254
-    # The parse worker's counter (tokenizers alone) agrees with the tokenizer the embedder itself runs.
-    model_tokens = real_embedder._tokenizer.encode("hello world, 你好", add_special_tokens=False).ids  # type: ignore[attr-defined]
-    assert COUNT("hello world, 你好") == len(model_tokens) == 5
+@pytest.mark.parametrize("backend", ["onnx", "torch"])
+def test_embedder_window_is_minilm_256_minus_specials(backend: str) -> None:
+    embedder = build_embedder(Settings(embed_backend=backend, _env_file=None))  # type: ignore[call-arg,arg-type]
+    assert embedder.max_tokens == 254
+    # The parse worker's counter (tokenizers alone) agrees with the tokenizer each backend itself runs.
+    assert COUNT("hello world, 你好") == len(_model_tokens(embedder, "hello world, 你好")) == 5
+
+
+def _model_tokens(embedder: Embedder, text: str) -> list[int]:
+    if isinstance(embedder, OnnxEmbedder):
+        return list(embedder._tokenizer.encode(text, add_special_tokens=False).ids)
+    assert isinstance(embedder, TorchEmbedder)
+    return list(embedder._model.tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 def test_no_chunk_exceeds_size_for_prose_chinese_and_unbroken_text() -> None:
