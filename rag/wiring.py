@@ -118,6 +118,11 @@ def embed_backend(settings: Settings, folder: ModelFolder | None) -> str:
 def _torch_embedder(settings: Settings, path: str) -> TorchEmbedder:
     import torch
     from sentence_transformers import SentenceTransformer
+    from transformers.utils import logging as transformers_logging
+
+    # transformers draws a "Loading weights" bar on stderr: noise before every `rag ask` answer, and in the
+    # output of tools that read `--json` with stderr merged.
+    transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
 
     dtype = getattr(torch, embed_dtype(settings))
     model = SentenceTransformer(path, device=settings.embed_device, model_kwargs={"torch_dtype": dtype})
