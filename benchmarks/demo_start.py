@@ -55,7 +55,6 @@ def demo_env(tmp: Path, compile_mode: str, base_url: str) -> dict[str, str]:
     """A newcomer's environment: no RAG_* of ours, an empty data folder and compile cache, a port of its own."""
     env = {name: value for name, value in os.environ.items() if not name.startswith("RAG_")}
     return env | {"RAG_DATA_DIR": str(tmp / "data"), "RAG_LLM_BASE_URL": base_url, "RAG_LLM_COMPILE": compile_mode,
-                  "RAG_LLM_MODEL_PATH": str(REPO / "data" / "models" / "smollm2-135m-instruct"),
                   "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor")}
 
 

@@ -1,9 +1,11 @@
 """The one query path (CLI, API and UI alike): question (+ history) → retrieve → checked answer, streamed.
 
 What reaches a person is decided here, not by the model: every sentence the model writes is checked against the
-excerpts (rag.grounding) before it is streamed, cited by the excerpts that support it, and withheld otherwise. In
-`auto` mode an answer that is not grounded enough, in the wrong language, looping, or a refusal while the excerpts
-clearly hold the answer is replaced by sentences quoted from the excerpts (rag.extract) before any of it is shown.
+excerpts (rag.grounding) before it is streamed, cited by the excerpts that support it, and withheld otherwise, one
+sentence at a time (its supported neighbours are still shown). When nothing the model wrote can be shown (its draft
+withheld, in the wrong language, looping, or the model saying the excerpts do not answer), `auto` mode quotes the
+excerpts (rag.extract) only when the extractive ranking is confident that a sentence answers the question, and
+otherwise says the answer is not in the documents.
 """
 
 from __future__ import annotations
@@ -34,9 +36,8 @@ CONDENSE_MAX_TOKENS = 96
 CONFIDENCE_SCALE = 0.05  # a best score 0.05 above the refusal threshold gives confidence 0.73, 0.1 above 0.88
 EXTRACTED_CONFIDENCE = 0.8  # a quoted answer is right from the documents but may not answer the question itself
 # Calibrated on the dev sets and hand-labelled answers (README, "Answers you can trust"):
-GROUNDED_ENOUGH = 0.5  # auto mode keeps the model's answer while at least this share of its sentences is supported
 RELEVANCE_MARGIN = 0.2  # excerpts more than this below the best one are neither sent to the model nor listed
-CLEAR_MARGIN = 0.1  # a model refusal is overruled (quotes shown) when the best score is this far above the threshold
+GIVE_UP_AFTER = 3  # unsupported sentences in a row, none shown yet: the draft is abandoned (quotes or refusal)
 
 
 def confidence(best_score: float | None, threshold: float) -> float:
@@ -82,19 +83,27 @@ class _Draft:
     sentences: list[Sentence] = field(default_factory=list)
     text: str = ""
     stop: str = ""  # "loop", "ungrounded", "language", "refusal"
+    unsupported_run: int = 0  # unsupported sentences since the last shown one
     refused: bool = False
     held: list[int] = field(default_factory=list)  # shown introductions ("…:") not yet streamed
 
     def release(self) -> list[str]:
-        """The held sentences, with their markers, to stream now."""
-        released = [_with_markers(self.sentences[i].text, self.sentences[i].sources) for i in self.held]
+        """The held sentences, with their markers, to stream now; a held "Yes." is shown on the strength of the
+        supported sentence after it (and cited by it)."""
+        backing = self.sentences[self.held[-1]].sources if self.held else ()
+        verdicts = {i for i in self.held if self.sentences[i].reason == "verdict"}
+        for i in verdicts:
+            self.sentences[i] = replace(self.sentences[i], supported=True, sources=backing, shown=True, reason="")
+        released = [_with_markers(self.sentences[i].text, () if i in verdicts else self.sentences[i].sources)
+                    for i in self.held]
         self.held.clear()
         return released
 
     def withhold_held(self) -> None:
-        """An introduction whose continuation never came says nothing: it is withheld after all."""
+        """An introduction or a bare "Yes." whose supported continuation never came: withheld after all."""
         for i in self.held:
-            self.sentences[i] = replace(self.sentences[i], shown=False, reason="intro")
+            reason = "verdict" if self.sentences[i].reason == "verdict" else "intro"
+            self.sentences[i] = replace(self.sentences[i], supported=False, shown=False, reason=reason)
         self.held.clear()
 
     @property
@@ -103,7 +112,7 @@ class _Draft:
 
     @property
     def grounded(self) -> float:
-        judged = self.sentences
+        judged = [s for s in self.sentences if s.reason != "verdict"]
         return round(sum(s.supported for s in judged) / len(judged), 3) if judged else 0.0
 
 
@@ -177,7 +186,7 @@ class QueryEngine:
             for text in self._sentences(deltas, run, draft):
                 if self._judge(checker.check(text), draft, run):
                     draft.held.append(len(draft.sentences) - 1)
-                    if not _introduces(draft.sentences[-1]):  # an introduction waits for what it introduces
+                    if not _waits(draft.sentences[-1]):  # an introduction or "Yes." waits for what follows it
                         yield from (self._shown(run, draft, shown) for shown in draft.release())
                 if draft.stop:
                     break
@@ -213,11 +222,17 @@ class QueryEngine:
         if verdict.reason == "repeat":
             draft.stop = "loop"
             return ""
-        if self.mode == "auto" and draft.grounded < GROUNDED_ENOUGH:
-            draft.stop = "language" if verdict.reason == "language" and not draft.shown else "ungrounded"
-            return ""
+        if verdict.reason == "verdict":
+            return verdict.text if not draft.held else ""  # shown only with the supported sentence after it
         if not verdict.supported:
+            draft.withhold_held()  # what they introduced is not shown
+            draft.unsupported_run += 1
+            if self.mode == "auto" and not draft.shown and verdict.reason == "language":
+                draft.stop = "language"  # the model writes another language: quote instead, at once
+            elif self.mode == "auto" and not draft.shown and draft.unsupported_run >= GIVE_UP_AFTER:
+                draft.stop = "ungrounded"
             return ""
+        draft.unsupported_run = 0
         shown = self._safe(run, verdict.text)
         if not shown.strip():  # nothing left to show (an image alone, say)
             draft.sentences[-1] = Sentence(shown, True, verdict.sources, False, "empty")
@@ -237,13 +252,12 @@ class QueryEngine:
             yield Done(self._answer(run, "generated", draft.text, draft.sentences, draft.grounded, draft.stop))
         elif self.mode == "generate":
             yield from self._refused(run, "refusal" if draft.refused else "withheld", draft=draft)
-        elif draft.refused and run.hits[0].score < run.threshold + CLEAR_MARGIN:
-            yield from self._refused(run, "refusal", draft=draft)
-        else:
-            yield from self._extracted(run, draft.stop or "ungrounded", draft)
+        else:  # the model said the excerpts do not answer, or nothing it wrote holds: quote only when sure
+            yield from self._extracted(run, "refusal" if draft.refused else draft.stop or "ungrounded", draft,
+                                       confident=True)
 
-    def _extracted(self, run: _Run, why: str, draft: _Draft | None = None) -> Iterator[Event]:
-        quotes = extract(run.standalone, run.hits, run.language, self._encoder)
+    def _extracted(self, run: _Run, why: str, draft: _Draft | None = None, confident: bool = False) -> Iterator[Event]:
+        quotes = extract(run.standalone, run.hits, run.language, self._encoder, confident=confident)
         # No sentence addresses the question, or the question names things (Windows, Microsoft Office) that the
         # quotes never name: an excerpt mentioning one of them elsewhere let retrieval through, not an answer.
         if not quotes or names_none(run.standalone, [quote.text for quote in quotes]):
@@ -300,14 +314,17 @@ def names_none(question: str, texts: Sequence[str]) -> bool:
 def _with_markers(text: str, sources: Sequence[int]) -> str:
     """The sentence with its [n] markers before its final punctuation."""
     markers = "".join(f"[{n}]" for n in sources)
+    if not markers:
+        return text
     body, end = (text[:-1], text[-1]) if text[-1:] and text[-1] in ".!?。！？" else (text, "")
     space = "" if end in ("。", "！", "？") or language_of(body) == "zh" else " "
     return f"{body.rstrip()}{space}{markers}{end}"
 
 
-def _introduces(sentence: Sentence) -> bool:
-    """Whether a sentence introduces what follows it (ends in a colon): alone, it says nothing."""
-    return sentence.text.rstrip().endswith((":", "："))
+def _waits(sentence: Sentence) -> bool:
+    """Whether a sentence says something only with what follows it: an introduction (ends in a colon), or a bare
+    verdict ("Yes.", "可以。")."""
+    return sentence.reason == "verdict" or sentence.text.rstrip().endswith((":", "："))
 
 
 def _other_language(hits: Sequence[Hit], language: Language) -> bool:

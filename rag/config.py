@@ -17,6 +17,8 @@ from rag.errors import ConfigError
 
 BUNDLED_EMBED_MODEL = "bundled:all-MiniLM-L6-v2"
 BUNDLED_E5_MODEL = "bundled:multilingual-e5-small"
+# The offline default LLM (Qwen2.5-Coder-0.5B-Instruct, verified and converted by make setup: README).
+OFFLINE_LLM = "qwen2.5-coder-0.5b-instruct"
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +136,7 @@ class Settings(BaseSettings):
     record_unanswered: bool = True  # refused and escalated questions, for `rag gaps` (in the feedback database)
 
     llm_base_url: str = "http://127.0.0.1:8010/v1"
-    llm_model: str = "smollm2-135m-instruct"
+    llm_model: str = OFFLINE_LLM
     llm_api_key: str = Field(default="EMPTY", repr=False)
     llm_timeout_s: float = Field(default=60.0, gt=0)
     llm_connect_timeout_s: float = Field(default=2.0, gt=0)
@@ -142,9 +144,9 @@ class Settings(BaseSettings):
     max_answer_tokens: int = Field(default=256, ge=16, le=4096,
                                    validation_alias=AliasChoices("RAG_MAX_ANSWER_TOKENS", "RAG_LLM_MAX_TOKENS"))
     answer_mode: Literal["auto", "generate", "extract"] = "auto"
-    llm_languages: str = "en"
+    llm_languages: str = "en,zh"
     llm_temperature: float = Field(default=0.0, ge=0.0, le=2.0)
-    llm_repetition_penalty: float = Field(default=1.1, ge=1.0, le=2.0)
+    llm_repetition_penalty: float = Field(default=1.0, ge=1.0, le=2.0)
     llm_model_path: Path | None = None
     llm_max_model_len: int = Field(default=4096, ge=256)
     llm_dtype: Literal["auto", "bfloat16", "float32"] = "auto"
@@ -246,8 +248,8 @@ class Settings(BaseSettings):
 
     @property
     def served_model_path(self) -> Path:
-        """The model folder `rag llm` serves: RAG_LLM_MODEL_PATH, else the converted bundled SmolLM2."""
-        return self.llm_model_path or self.models_dir / "smollm2-135m-instruct"
+        """The model folder `rag llm` serves: RAG_LLM_MODEL_PATH, else the offline default converted at set-up."""
+        return self.llm_model_path or self.models_dir / OFFLINE_LLM
 
     @property
     def documents_dir(self) -> Path:

@@ -224,11 +224,11 @@ def language_matches(question: str, answer: Answer) -> bool:
 def recheck(answer: Answer) -> int:
     """How many shown sentences a fresh support check accepts against the texts of the listed sources."""
     texts = [source.hit.text for source in answer.sources]
-    supported = 0
-    for sentence in answer.shown_sentences:
-        checker = SupportChecker(texts, language_of(sentence.text) or "en")
-        supported += checker.check(sentence.text).supported
-    return supported
+    shown = answer.shown_sentences
+    verdicts = [SupportChecker(texts, language_of(s.text) or "en").check(s.text) for s in shown]
+    # A bare "Yes." is shown only on the strength of the supported sentence after it.
+    return sum(v.supported or (v.reason == "verdict" and i + 1 < len(verdicts) and verdicts[i + 1].supported)
+               for i, v in enumerate(verdicts))
 
 
 def evaluate_answers(cases: Sequence[Case], ask: Callable[[str], Answer],

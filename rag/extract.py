@@ -27,12 +27,21 @@ MIN_CHARS, LONG_CHARS, HEADING_WIDTH = 12, 400, 60
 # the lowest best score of answerable dev-set questions (English 0.34, Chinese 0.23; keyword-only scoring, as for
 # Chinese, uses the "zh" floor); off-topic questions are mostly refused by retrieval before this.
 MIN_SCORE = {"en": 0.3, "zh": 0.2}
+# When the model said the excerpts do not answer, or nothing it wrote held, a quote must be this sure to be shown
+# instead of "not in the documents" (calibrated on the tune halves of the dev sets and near-miss questions: README).
+CONFIDENT_SCORE = {"en": 0.5, "zh": 0.35}
 HOW_BONUS = 0.15
 HEADING_PULL = 0.5  # sentences under a heading that asks the question rank up to 1.5 times higher
 
 # "How do I …" questions want the step itself: sentences that instruct get HOW_BONUS.
 _HOW = re.compile(r"^\s*how\b|\bhow (?:do|can|to|should)\b|如何|怎么|怎样|步骤", re.IGNORECASE)
 _ENDS_SENTENCE = re.compile(r"[.!?。！？；:：,，]$")
+# Never an answer: table-of-contents lines ("Keeping your Debian system up-to-date Chapter 11.", "1.1 Origins ...
+# 3"), navigation ("Next", "上一页") and running titles of PDF pages ("A Brief History of Debian 6 / 21").
+_BOILERPLATE = re.compile(
+    r"(?:\b(?:chapter|section|part|appendix)\s+\d+[.:]?|第\s*\d+\s*[章节][。.]?|(?:\.\s*){3,}\d+|\d+\s+/\s+\d+)\s*$|"
+    r"^(?:next|previous|prev|up|home|top|back to top|contents|table of contents|index|上一页|下一页|上一节|下一节|"
+    r"目录|返回|首页)\b", re.IGNORECASE)
 
 
 class Encoder(Protocol):
@@ -101,7 +110,8 @@ def _candidates(hits: Sequence[Hit], asked: set[str], question: str) -> list[_Ca
         for position, sentence in enumerate(split_sentences(separate_headings(strip_tags(passage_body(hit))))):
             tokens = frozenset(tokenize(sentence))
             key = " ".join(sentence.lower().split())
-            if len(sentence) < MIN_CHARS or key in seen or _restates(sentence, tokens, asked, question):
+            if len(sentence) < MIN_CHARS or key in seen or _restates(sentence, tokens, asked, question) \
+                    or _BOILERPLATE.search(sentence.strip()):
                 continue
             seen.add(key)
             heading = _width(sentence) < HEADING_WIDTH and not _ENDS_SENTENCE.search(sentence)
@@ -151,8 +161,10 @@ def _dense_scores(question: str, candidates: Sequence[_Candidate], encoder: Enco
     return scores
 
 
-def extract(question: str, hits: Sequence[Hit], language: Language, encoder: Encoder | None = None) -> list[Quote]:
-    """Up to MAX_QUOTES sentences (MAX_CHARS in all) that best answer the question, in excerpt order."""
+def extract(question: str, hits: Sequence[Hit], language: Language, encoder: Encoder | None = None,
+            confident: bool = False) -> list[Quote]:
+    """Up to MAX_QUOTES sentences (MAX_CHARS in all) that best answer the question, in excerpt order; none when the
+    best scores under MIN_SCORE (CONFIDENT_SCORE when `confident` is asked for)."""
     asked = set(tokenize(question))
     candidates = _candidates(hits, asked, _letters(question))
     if not candidates:
@@ -164,7 +176,8 @@ def extract(question: str, hits: Sequence[Hit], language: Language, encoder: Enc
     scores = [0.0 if c.heading else c.prior * (share * d + (1 - share) * k) + HOW_BONUS * (how and _instructs(c))
               for c, d, k in zip(candidates, dense, keyword, strict=True)]
     order = sorted(range(len(candidates)), key=lambda i: scores[i], reverse=True)
-    if scores[order[0]] < MIN_SCORE[language if encoder is not None else "zh"]:
+    floors = CONFIDENT_SCORE if confident else MIN_SCORE
+    if scores[order[0]] < floors[language if encoder is not None else "zh"]:
         return []  # nothing here addresses the question: better "not found" than an unrelated quote
     chosen: list[int] = []
     for i in order:

@@ -1,8 +1,10 @@
 """The support check: is a sentence of an answer backed by the excerpts, and by which of them; and a loop guard.
 
-A sentence is supported when one excerpt (or, failing that, two together) holds enough of its content words
-(English stems, jieba words for Chinese) and every number and every name or identifier it states, exactly. The
-coverage floors are calibrated on hand-labelled answers of the offline model (README: precision and recall).
+A sentence is supported when its content words align, in order, to one compact place of one excerpt
+(rag.alignment) closely enough, that place says the same about negation and quantity (not, most, only; 不, 大多数,
+只), and the sentence around it holds every number and every name or identifier the sentence states, exactly. Words
+the sentence shares with the question count only where the excerpt's place holds them too. The floors are
+calibrated on labelled sentences of the offline model (data/eval/support; README: precision and recall).
 """
 
 from __future__ import annotations
@@ -12,12 +14,12 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from rag.alignment import Units, align, polarity, units
 from rag.keyword import HAN_RANGE, STOPWORDS, tokenize
-from rag.sentences import Language, language_of, split_sentences, strip_markers, strip_tags, words
+from rag.sentences import Language, language_of, strip_markers, strip_tags, words
 
 MIN_COVERAGE = {"en": 0.75, "zh": 0.75}
 LOOP_NGRAM, LOOP_REPEATS = 8, 3
-WINDOW = 3  # sentences of an excerpt that may back one claim together
 # Stems of words that carry no claim ("Sure, here is the answer to your question:").
 _FILLER = "here sure certain follow answer question excerpt document let help hope glad s"
 FILLER = frozenset(_FILLER.split())
@@ -31,6 +33,13 @@ _IDENTIFIER = re.compile(r"(?<![\w-])(?:--?[A-Za-z][\w-]*|[\w./~-]*[A-Za-z][\w~-
 _NAME = re.compile(r"(?<=[a-z,;)]\s)[A-Z][A-Za-z]+(?:\s+[A-Z][A-Za-z]+)*")
 # A Latin word written into Chinese text is a name or a term (Debian, cron-apt).
 _LATIN_IN_HAN = re.compile(f"(?:(?<=[{HAN_RANGE}])|(?<=[{HAN_RANGE}] ))[A-Za-z][\\w.+-]*")
+# A fence of a code block, with its language tag (```bash): not part of the command it holds.
+_FENCE = re.compile(r"```[\w+#.-]*")
+# A bare verdict: kept only when the sentence after it is supported (rag.answer).
+VERDICT = re.compile(r"(?:yes|no|yes, you can|no, you cannot|是的?|对|可以|不可以|不能|不|没有)[.!,。！，]?",
+                     re.IGNORECASE)
+_SENTENCE_END = re.compile(r"[.!?。！？\n]")
+_SECTION_NUMBER = re.compile(r"\s*(?:第\s*\d+\s*[章节]|\d+(?:\.\d+)*\.?\s)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,34 +93,29 @@ def _without_article(name: str) -> str:
     return rest if rest and first.lower() in STOPWORDS else name
 
 
-@dataclass(frozen=True, slots=True)
-class _Passage:
-    """A few consecutive sentences of one excerpt: a claim must be backed by one such place, not by words
-    scattered over the whole excerpt."""
-
-    n: int
-    tokens: frozenset[str]
-    text: str  # squashed, lower-cased
-
-    def holds_number(self, number: str) -> bool:
-        return re.search(rf"(?<![\d.]){re.escape(number)}(?!\d|\.\d)", self.text) is not None
-
-    def holds(self, facts: tuple[set[str], set[str]]) -> str:
-        """"" when every number and name is here, else the kind of fact missing."""
-        if not all(self.holds_number(number) for number in facts[0]):
-            return "number"
-        return "" if all(name in self.text for name in facts[1]) else "name"
+def holds_facts(text: str, facts: tuple[set[str], set[str]]) -> str:
+    """"" when every number and name is in the (squashed) text, else the kind of fact missing."""
+    if not all(re.search(rf"(?<![\d.]){re.escape(number)}(?!\d|\.\d)", text) for number in facts[0]):
+        return "number"
+    return "" if all(name in text for name in facts[1]) else "name"
 
 
-def passages(excerpts: Sequence[str], width: int = WINDOW) -> list[_Passage]:
-    """Windows of `width` consecutive sentences of each excerpt (numbered from 1)."""
-    found = []
-    for n, excerpt in enumerate(excerpts, start=1):
-        sentences = split_sentences(excerpt) or [excerpt]
-        for start in range(max(1, len(sentences) - width + 1)):
-            text = " ".join(sentences[start:start + width])
-            found.append(_Passage(n, frozenset(tokenize(text)), _squash(text)))
-    return found
+def _around(text: str, start: int, end: int) -> str:
+    """The sentence(s) of the text that hold [start, end)."""
+    before = max((m.end() for m in _SENTENCE_END.finditer(text, 0, start)), default=0)
+    after = _SENTENCE_END.search(text, end)
+    return text[before:after.end() if after else len(text)]
+
+
+def _heading_only(sentence: str, excerpt: str, start: int, end: int) -> bool:
+    """Whether an unpunctuated sentence only repeats a heading: the excerpt's first line (ingest's heading path)
+    or a numbered section title ("2.5 Memory and Disk Space Requirements")."""
+    if _SENTENCE_END.search(sentence.rstrip()[-1:] or "."):
+        return False
+    line_start = excerpt.rfind("\n", 0, start) + 1
+    line_end = excerpt.find("\n", end)
+    line = excerpt[line_start:line_end if line_end >= 0 else len(excerpt)]
+    return line_start == 0 or _SECTION_NUMBER.match(line) is not None
 
 
 @dataclass
@@ -124,17 +128,20 @@ class SupportChecker:
     language: Language
     question: str = ""
     min_coverage: dict[str, float] = field(default_factory=lambda: dict(MIN_COVERAGE))
-    _passages: list[_Passage] = field(init=False)
+    segments: int = 2
+    _units: list[Units] = field(init=False)
     _asked: set[str] = field(init=False)
     _seen: set[tuple[str, ...]] = field(init=False, default_factory=set)
 
     def __post_init__(self) -> None:
-        self._passages = passages(self.excerpts)
+        self._units = [units(excerpt) for excerpt in self.excerpts]
         self._asked = set(tokenize(self.question))
 
     def check(self, sentence: str) -> Verdict:
         """Whether the excerpts support the sentence, and which excerpt (the first that does)."""
-        shown = " ".join(strip_tags(strip_markers(sentence)).split())
+        shown = " ".join(_FENCE.sub(" ", strip_tags(strip_markers(sentence))).split())
+        if VERDICT.fullmatch(shown):
+            return Verdict(shown, False, reason="verdict")  # "Yes." says something only with what follows it
         tokens = set(tokenize(shown))
         informative = {token for token in tokens if not token.isdigit()} - FILLER
         facts = numbers(shown), names(shown)
@@ -150,15 +157,27 @@ class SupportChecker:
 
     def _support(self, shown: str, tokens: set[str], facts: tuple[set[str], set[str]]) -> Verdict:
         floor = self.min_coverage["zh" if self.language == "zh" else "en"]
+        said, stated = units(shown), polarity(shown)
         best = Verdict(shown, False, reason="coverage")
-        for passage in self._passages:
-            coverage = round(len(tokens & passage.tokens) / len(tokens), 3)
-            missing = passage.holds(facts)
-            if not missing and coverage >= floor:
-                return Verdict(shown, True, (passage.n,), coverage)
-            if coverage > best.coverage:
-                best = Verdict(shown, False, (passage.n,), coverage, missing or "coverage")
+        for n, (excerpt, excerpt_units) in enumerate(zip(self.excerpts, self._units, strict=True), start=1):
+            place = align(said, excerpt_units, self.segments)
+            missing = self._missing(shown, excerpt, place.start, place.end, facts, stated)
+            if not missing and place.coverage >= floor:
+                return Verdict(shown, True, (n,), place.coverage)
+            if place.coverage > best.coverage:
+                best = Verdict(shown, False, (n,), place.coverage, missing or "coverage")
         return best
+
+    @staticmethod
+    def _missing(shown: str, excerpt: str, start: int, end: int, facts: tuple[set[str], set[str]],
+                 stated: frozenset[str]) -> str:
+        """What the excerpt's place [start, end) lacks for the sentence: "polarity", "number", "name", "heading"."""
+        if polarity(excerpt[start:end]) != stated:
+            return "polarity"
+        missing = holds_facts(_squash(_around(excerpt, start, end)), facts)
+        if not missing and _heading_only(shown, excerpt, start, end):
+            return "heading"
+        return missing
 
 
 @dataclass

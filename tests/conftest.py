@@ -264,10 +264,10 @@ class LLMServer:
 
 @pytest.fixture(scope="session")
 def llm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LLMServer]:
-    """A real vLLM server with the bundled model: reused if one already answers on the test port, else started."""
+    """A real vLLM server with the offline default model (Qwen2.5-Coder-0.5B-Instruct): reused if one already
+    answers on the test port, else started."""
     settings = Settings(_env_file=None, llm_base_url=f"http://127.0.0.1:{LLM_PORT}/v1",  # type: ignore[call-arg]
-                        vllm_python=REPO / ".venv-vllm" / "bin" / "python",
-                        llm_model_path=REPO / "data" / "models" / "smollm2-135m-instruct")
+                        vllm_python=REPO / ".venv-vllm" / "bin" / "python")
     server = LLMServer(settings, tmp_path_factory.mktemp("vllm") / "vllm.log")
     server.start()
     try:

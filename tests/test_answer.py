@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pytest
 
+import rag.extract as extract_module
 from ingest import service
 from rag.access import LOCAL_OPERATOR as ALL
 from rag.answer import Done, QueryEngine, Retrieved, Token
 from rag.config import Settings
 from rag.errors import EmptyIndex, LLMUnavailable
+from rag.evaluate import recheck
 from rag.prompt import CONDENSE_PROMPT, REFUSAL, SYSTEM_PROMPT, Message
 from rag.retrieve import Retriever
 from rag.wiring import build_llm, build_store
@@ -88,6 +90,25 @@ def test_auto_mode_quotes_the_documents_when_the_draft_fails(retriever: Retrieve
     assert answer.loop is (fallback == "loop")
 
 
+def test_auto_mode_withholds_unsupported_sentences_one_by_one(retriever: Retriever) -> None:
+    reply = "Leave is decided by your manager. Staff get 25 days of annual leave per year. Unused days expire in 2031."
+    answer = QueryEngine(retriever, FakeLLMServer(lambda m: reply).llm(), 2, 0.1).ask(LEAVE, principal=ALL)
+    assert (answer.mode, answer.text) == ("generated", "Staff get 25 days of annual leave per year [1].")
+    assert [s.reason for s in answer.withheld] == ["coverage", "number"]
+
+
+@pytest.mark.parametrize(("reply", "shown"), [
+    ("Yes. Staff get 25 days of annual leave per year.", "Yes. Staff get 25 days of annual leave per year [1]."),
+    ("Yes. Leave is decided by your manager. Staff get 25 days of annual leave per year.",
+     "Staff get 25 days of annual leave per year [1]."),  # the verdict's own backing was withheld
+])
+def test_a_yes_keeps_its_verdict_only_with_a_supported_sentence_after_it(retriever: Retriever, reply: str,
+                                                                         shown: str) -> None:
+    answer = QueryEngine(retriever, FakeLLMServer(lambda m: reply).llm(), 2, 0.1).ask(LEAVE, principal=ALL)
+    assert (answer.mode, answer.text) == ("generated", shown)
+    assert recheck(answer) == len(answer.shown_sentences)
+
+
 def test_an_introduction_is_shown_only_with_what_it_introduces(retriever: Retriever) -> None:
     """"Staff get annual leave as follows:" is supported, but what follows is not: nothing of it is streamed."""
     reply = "Staff get annual leave per year as follows:\n\n1. Staff get 31 days of annual leave per year."
@@ -132,12 +153,19 @@ def test_markup_in_the_draft_is_removed_and_its_words_checked(retriever: Retriev
     assert (answer.mode, answer.text) == ("generated", "Staff get 25 days of annual leave per year [1].")
 
 
-def test_model_refusal_is_overruled_only_when_the_excerpts_clearly_answer(retriever: Retriever) -> None:
+def test_model_refusal_is_overruled_only_when_a_quote_surely_answers(retriever: Retriever,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     sure = QueryEngine(retriever, FakeLLMServer(lambda m: REFUSAL).llm(), 2, 0.1).ask(LEAVE, principal=ALL)
     assert (sure.mode, sure.fallback) == ("extracted", "refusal")
-    best = sure.sources[0].hit.score
-    unsure = QueryEngine(retriever, FakeLLMServer(lambda m: REFUSAL).llm(), 2, best - 0.05).ask(LEAVE, principal=ALL)
+    assert "25 days" in sure.text
+    # The same excerpts, when the extractive ranking is not that sure: "not in the documents", not quotes.
+    monkeypatch.setattr(extract_module, "CONFIDENT_SCORE", {"en": 10.0, "zh": 10.0})
+    unsure = QueryEngine(retriever, FakeLLMServer(lambda m: REFUSAL).llm(), 2, 0.1).ask(LEAVE, principal=ALL)
     assert (unsure.mode, unsure.text, unsure.answerable) == ("refused", REFUSAL, False)
+    # A draft withheld as unsupported follows the same rule.
+    made_up = "Leave is decided by your manager each year."
+    withheld = QueryEngine(retriever, FakeLLMServer(lambda m: made_up).llm(), 2, 0.1).ask(LEAVE, principal=ALL)
+    assert (withheld.mode, withheld.answerable) == ("refused", False)
 
 
 def test_question_about_things_no_excerpt_names_is_refused(retriever: Retriever) -> None:

@@ -108,7 +108,7 @@ def test_openai_compatible_chat_and_models(make_client: MakeClient) -> None:
     chunks = [json.loads(line[6:]) for line in lines[:-1]]
     assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"]).startswith("Staff")
     assert chunks[-1]["sources"][0]["source"] == "leave.md"
-    assert client.get("/v1/models").json()["data"][0]["id"] == "smollm2-135m-instruct"
+    assert client.get("/v1/models").json()["data"][0]["id"] == "qwen2.5-coder-0.5b-instruct"
     bad = client.post("/v1/chat/completions", json={"messages": [{"role": "assistant", "content": "hi"}]})
     assert bad.status_code == 422 and bad.json()["error"]["type"] == "invalid_request"
 

@@ -72,13 +72,13 @@ def test_facts_are_numbers_and_names() -> None:
 @pytest.mark.parametrize(("sentence", "supported", "sources", "reason"), [
     ("The name Debian comes from Ian Murdock and his wife Debra [2].", True, (1,), ""),
     ("Debian was founded on August 16th, 1993 by Ian Murdock.", True, (1,), ""),
-    ("Run python3 -m venv tutorial-env to create a virtual environment [1].", True, (2,), ""),
+    ("To create a virtual environment, run python3 -m venv tutorial-env [1].", True, (2,), ""),
     # One place in one excerpt must back a claim: words from two excerpts do not add up.
     ("The name joins Ian and Debra, and you create environments with the venv module.", False, (2,), "name"),
     ("Ian Murdock was born in 1981.", False, (1,), "number"),
     ("He was a British engineer who helped create the GNU General Pentestistry.", False, (2,), "name"),
     ("Run `python3 -m venv myenv`.", False, (2,), "name"),
-    ("Debian is a popular distribution used by many companies worldwide.", False, (1,), "coverage"),
+    ("Debian is a popular distribution used by many companies worldwide.", False, (1,), "polarity"),
     ("<b>Debian</b> was founded by <i>Ian Murdock</i>.", True, (1,), ""),
     ("Debian 由 Ian Murdock 创建。", False, (), "language"),
 ])
@@ -122,3 +122,42 @@ def test_extract_quotes_the_answering_sentence_and_the_command_it_introduces() -
     zh = extract("什么是虚拟软件包？", [Hit("c", "其他内容。" + VIRTUAL, "faq.html", 0.5)], "zh")
     assert [quote.text for quote in zh] == [VIRTUAL]
     assert extract("anything", [Hit("d", "Hi.", "x.md", 0.5)], "en") == []
+
+
+@pytest.mark.parametrize(("sentence", "reason"), [
+    # Words of the excerpt recombined into a claim it does not make: no one place of it says so.
+    ("The name Debian comes from August 16th, 1993.", "coverage"),
+    ("Ian Murdock's wife Debra founded the Debian Project.", "name"),
+    # Negation and quantity must be what the excerpt's place says.
+    ("The Debian Project was not officially founded by Ian Murdock on August 16th, 1993.", "polarity"),
+    ("The Debian Project was only founded by Ian Murdock on August 16th, 1993.", "polarity"),
+    # A heading repeated is no answer.
+    ("12.2. Creating Virtual Environments", "heading"),
+])
+def test_support_needs_one_place_that_says_the_same(sentence: str, reason: str) -> None:
+    verdict = SupportChecker([HISTORY, VENV], "en").check(sentence)
+    assert (verdict.supported, verdict.reason) == (False, reason)
+
+
+CRON = "可以。您可以使用 cron-apt；这一工具使用 cron 任务定期升级系统。" \
+       "它默认只更新软件包列表并下载新的软件包，但不安装它们。"
+COMPAT = "在大多数情况下，Linux 与其他 Unix 系统的源代码是兼容的。" \
+         "软件开发需要完全的兼容性。"
+
+
+@pytest.mark.parametrize(("sentence", "supported", "reason"), [
+    ("它默认只更新软件包列表并下载新的软件包，但不安装它们。", True, ""),
+    ("它默认更新软件包列表并安装新的软件包。", False, "polarity"),  # the negation dropped
+    ("它默认安装所有新的软件包。", False, "polarity"),
+    ("Linux 与其他 Unix 系统的源代码在大多数情况下是兼容的。", True, ""),  # the clauses in the other order
+    ("Linux 与其他 Unix 系统的源代码是完全兼容的。", False, "polarity"),  # "in most cases" became "fully"
+    ("可以。", False, "verdict"),
+])
+def test_support_in_chinese_keeps_negation_and_quantity(sentence: str, supported: bool, reason: str) -> None:
+    verdict = SupportChecker([CRON, COMPAT], "zh").check(sentence)
+    assert (verdict.supported, verdict.reason) == (supported, reason)
+
+
+def test_code_fences_and_their_language_tag_are_not_words_of_the_claim() -> None:
+    verdict = SupportChecker([VENV], "en").check("```bash\npython3 -m venv tutorial-env\n```")
+    assert verdict.supported and verdict.text == "python3 -m venv tutorial-env"

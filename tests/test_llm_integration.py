@@ -1,4 +1,5 @@
-"""Against the real vLLM server with the bundled SmolLM2: cited answers, refusals, CLI exit codes, prefix cache."""
+"""Against the real vLLM server with the offline default model (Qwen2.5-Coder-0.5B-Instruct): cited answers,
+refusals, CLI exit codes, prefix cache."""
 
 from __future__ import annotations
 

