@@ -22,6 +22,7 @@ from ingest.service import list_documents
 from rag.config import Settings
 from rag.wiring import build_feedback_store
 from tests.conftest import REPO, SAMPLES, LLMServer, free_port
+from tests.docs_factory import pdf_bytes
 from tests.injection_corpus import Sink, sink_server, write_corpus
 from ui.chat.render import welcome_markdown
 from ui.chat.texts import text as ui_text
@@ -46,8 +47,9 @@ HR_DOCUMENT = ("---\ngroups: [hr]\n---\n# Retention bonus 2027\n\nThe retention 
 CANARY = "7,340,000"
 # Strings only the HR document (its number, words, title and file name) can put on alice's screen.
 HR_MARKERS = (CANARY, "7340000", "7 340 000", "kroner", "instalments", "retention bonus 2027", "retention-bonus")
-# A finished reply: an answer ends with its metrics line; a refusal or error is sent whole.
-FINISHED = re.compile(r"tok/s|Not in the documents|⚠️")
+# A finished reply: an answer ends with its metrics line ("… 1.23 s total"); a refusal or error is sent whole.
+METRICS = re.compile(r"\d s total")
+FINISHED = re.compile(r"\d s total|Not in the documents|⚠️")
 
 
 @dataclass
@@ -153,16 +155,16 @@ def test_sign_in_ask_read_sources_open_pdf_and_rate(page: Page, chat_app: ChatAp
     _ask(page, question)
     expect(page.get_by_text("Searching documents")).to_be_visible(timeout=30_000)
     answer = page.locator("[data-step-type=assistant_message]").last
-    expect(answer).to_contain_text("tok/s", timeout=ANSWER_TIMEOUT_MS)  # the metrics line ends a finished answer
+    expect(answer).to_contain_text(METRICS, timeout=ANSWER_TIMEOUT_MS)  # the metrics line ends a finished answer
     text = _last_answer(page)
     assert "Sources" in text and "tokens in" in text
     pdf_source = re.search(r"\[(\d)\]\s*debian-history\.pdf, p\. (\d+)", text)
     assert pdf_source, text
     n, page_number = int(pdf_source[1]), int(pdf_source[2])
 
-    # [n] in the source list opens the PDF at the cited page in the side panel.
-    answer.locator("a", has_text=f"[{n}]").last.click()
-    expect(page.locator("#side-view-title")).to_have_text(f"[{n}]")
+    # The source's name in the list opens the PDF at the cited page in the side panel, titled by the source.
+    _source_link(answer, n).click()
+    expect(page.locator("#side-view-title")).to_have_text(pdf_source[0])
     expect(page.locator("#side-view-content")).to_contain_text(f"{page_number} / ", timeout=30_000)
     expect(page.locator("#side-view-content canvas").first).to_be_visible()
     ARTIFACTS.mkdir(exist_ok=True)
@@ -181,7 +183,7 @@ def test_sign_in_ask_read_sources_open_pdf_and_rate(page: Page, chat_app: ChatAp
 
     # A follow-up is searched for together with the conversation (the condensed question mentions Debian).
     _ask(page, "Who founded it?")
-    expect(page.locator("[data-step-type=assistant_message]").filter(has_text="tok/s")).to_have_count(
+    expect(page.locator("[data-step-type=assistant_message]").filter(has_text=METRICS)).to_have_count(
         2, timeout=ANSWER_TIMEOUT_MS)
     page.locator("[id='step-Searching documents']").last.click()
     searched = page.locator("[data-step-type=retrieval]").last
@@ -214,12 +216,14 @@ def test_quoted_answer_is_shown_as_a_block_quote_with_its_source(page: Page, cha
     expect(page.get_by_text("I answer from")).to_be_visible(timeout=30_000)
     _ask(page, "How do I create a Python virtual environment?")
     answer = page.locator("[data-step-type=assistant_message]").last
-    expect(answer).to_contain_text("tok/s", timeout=ANSWER_TIMEOUT_MS)
+    expect(answer).to_contain_text(METRICS, timeout=ANSWER_TIMEOUT_MS)
     text = _last_answer(page)
     assert "From the documents (quoted)" in text, text
+    assert re.search(r"quoted · .*\d s total", text) and "tok/s" not in text, text  # no rate: no model text
     quote = answer.locator("blockquote").filter(has_text="python3 -m venv")
     expect(quote).to_have_count(1)
-    expect(quote.locator("a", has_text=re.compile(r"\[\d\]")).first).to_be_visible()  # [n] opens the source
+    n = re.findall(r"\[(\d)\]", quote.inner_text())[0]
+    expect(_source_link(answer, int(n))).to_be_visible()  # the quote's source, listed below, opens it
 
 
 def test_chinese_browser_gets_chinese_ui(browser: Browser, chat_app: ChatApp) -> None:
@@ -280,12 +284,19 @@ def _ask_in_new_chat(page: Page, app: ChatApp, question: str, welcome: str) -> L
     return finished.last
 
 
+def _source_link(answer: Locator, n: int) -> Locator:
+    """The link of source n in the answer's list: its name, `[n] file, p. 3`."""
+    return answer.locator("a.element-link", has_text=re.compile(rf"^\[{n}\] "))
+
+
 def _source_panels(page: Page, answer: Locator) -> list[str]:
-    """The text of every side panel behind the answer's [n] links (a PDF panel shows its page number)."""
+    """The text of every side panel behind the answer's source links, each titled by its source (a PDF panel
+    shows its page number)."""
     panels = []
-    for n in sorted(set(re.findall(r"\[(\d+)\]", answer.inner_text())), key=int):
-        answer.locator("a", has_text=f"[{n}]").last.click()
-        expect(page.locator("#side-view-title")).to_have_text(f"[{n}]")
+    for n in re.findall(r"^\[(\d+)\] ", answer.inner_text(), re.MULTILINE):  # the source list's lines
+        link = _source_link(answer, int(n))
+        link.click()  # once the message's elements came (after its text)
+        expect(page.locator("#side-view-title")).to_have_text(link.inner_text())
         content = page.locator("#side-view-content")
         expect(content).to_contain_text(re.compile(r"\S"), timeout=30_000)
         panels.append(content.inner_text())
@@ -397,6 +408,72 @@ def test_errors_are_messages_not_stack_traces(tmp_path: Path, page: Page) -> Non
         _stop(app)
 
 
+# Three sources of one answer, each with a word only it holds: two Markdown files (one with `_` in its name) and
+# a PDF whose second page answers.
+VPN_DOCS = {"vpn_linux_notes.md": "# VPN on Linux\n\nTo connect to the office VPN on Linux, import the WireGuard "
+                                  "profile quokka-tunnel.conf with nmcli.\n",
+            "vpn-windows.md": "# VPN on Windows\n\nTo connect to the office VPN on Windows, install the WireGuard "
+                              "client and import the profile wombat-tunnel.conf.\n"}
+VPN_PDF = ("vpn-guide.pdf", ["Office VPN guide", "VPN on macOS\nTo connect to the office VPN on macOS, import the "
+                                                 "WireGuard profile numbat-tunnel.conf."])
+VPN_WORDS = {"vpn_linux_notes.md": "quokka", "vpn-windows.md": "wombat", "vpn-guide.pdf": "numbat"}
+
+
+@pytest.fixture(scope="module")
+def sources_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChatApp]:
+    """The three VPN documents behind the chat, answering with quotes only (RAG_ANSWER_MODE=extract: no LLM),
+    sign-in on (alice)."""
+    folder = tmp_path_factory.mktemp("sources-chat")
+    docs = folder / "docs"
+    docs.mkdir()
+    for name, content in VPN_DOCS.items():
+        (docs / name).write_text(content, encoding="utf-8")
+    (docs / VPN_PDF[0]).write_bytes(pdf_bytes(VPN_PDF[1]))
+    subprocess.run([str(BIN / "rag-ingest"), str(docs)], env=_env(folder / "data"), check=True, capture_output=True)
+    app = _serve(folder / "data", folder / "serve.log", answer_mode="extract", top_k="3",
+                 llm_base_url=f"http://127.0.0.1:{free_port()}/v1",
+                 ui_users=f"{USER}:{hash_password(PASSWORD)}:staff", ui_auth_secret="x" * 64)
+    yield app
+    _stop(app)
+
+
+def test_source_panels_open_on_click_each_titled_by_and_showing_its_own_source(page: Page,
+                                                                                 sources_app: ChatApp) -> None:
+    """No panel opens by itself when an answer's sources arrive; clicking a source's name in the list opens its
+    panel, titled `[n] file` (`, p. N` for a PDF) and showing that source alone. A quoted answer's metrics say
+    "quoted", with no rate."""
+    _sign_in(page, sources_app)
+    expect(page.get_by_text("I answer from 3 documents indexed")).to_be_visible(timeout=30_000)
+    _ask(page, "How do I connect to the office VPN?")
+    answer = page.locator("[data-step-type=assistant_message]").filter(has_text=FINISHED).last
+    expect(answer).to_contain_text(METRICS, timeout=ANSWER_TIMEOUT_MS)
+    links = answer.locator("a.element-link")
+    expect(links).to_have_count(3, timeout=30_000)  # the elements come after the message's text
+    page.wait_for_timeout(1_000)  # time for the panel to open by itself, as Chainlit 2.11+ does unpatched
+    expect(page.locator("#side-view-title")).to_have_count(0)
+    text = answer.inner_text()
+    assert re.search(r"quoted · \d+\.\d\d s total", text) and "tok/s" not in text, text
+    names = links.all_inner_texts()
+    assert sorted(re.sub(r"^\[\d\] |, p\. \d+$", "", name) for name in names) == sorted(VPN_WORDS), names
+    for n, name in enumerate(names, start=1):
+        assert name.startswith(f"[{n}] "), names
+        _source_link(answer, n).click()
+        expect(page.locator("#side-view-title")).to_have_text(name)
+        content = page.locator("#side-view-content")
+        file = re.sub(r"^\[\d\] |, p\. \d+$", "", name)
+        if file.endswith(".pdf"):
+            assert name.endswith(", p. 2"), name  # the page that answers
+            expect(content).to_contain_text("2 / 2", timeout=30_000)  # the PDF viewer, at that page
+            expect(content.locator("canvas").first).to_be_visible()
+        else:
+            expect(content).to_contain_text(f"{VPN_WORDS[file]}-tunnel.conf")
+        shown = content.inner_text()
+        assert not [word for other, word in VPN_WORDS.items() if other != file and word in shown], (name, shown)
+    assert len(_source_panels(page, answer)) == 3  # what the tests above read each panel with
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "chat-source-panel.png"))
+
+
 # Questions whose documents carry an exfiltration image, a phishing link and raw HTML/JS (two answered by the model,
 # two by quotes that include the attack sentence).
 INJECTION_QUESTIONS = ("What is the name of the guest Wi-Fi network?",
@@ -476,10 +553,10 @@ def test_chat_works_under_its_content_security_policy_and_asks_nothing_from_outs
     expect(page.get_by_text("I answer from")).to_be_visible(timeout=30_000)
     _ask(page, "When was the Debian project founded?")
     answer = page.locator("[data-step-type=assistant_message]").last
-    expect(answer).to_contain_text("tok/s", timeout=ANSWER_TIMEOUT_MS)
+    expect(answer).to_contain_text(METRICS, timeout=ANSWER_TIMEOUT_MS)
     pdf_source = re.search(r"\[(\d)\]\s*debian-history\.pdf, p\. (\d+)", answer.inner_text())
     assert pdf_source, answer.inner_text()
-    answer.locator("a", has_text=f"[{pdf_source[1]}]").last.click()
+    _source_link(answer, int(pdf_source[1])).click()
     expect(page.locator("#side-view-content")).to_contain_text(f"{pdf_source[2]} / ", timeout=30_000)
     expect(page.locator("#side-view-content canvas").first).to_be_visible()
     assert not violations, violations
@@ -514,7 +591,7 @@ def test_an_admin_drops_a_file_into_the_chat_and_it_is_searchable_a_reader_canno
     page.keyboard.press("Enter")
     expect(page.get_by_text(f"✅ {name} added: 1 passage, visible to everyone.")).to_be_visible(timeout=60_000)
     finished = page.locator("[data-step-type=assistant_message]").filter(has_text=FINISHED)
-    expect(finished.last).to_contain_text("tok/s", timeout=ANSWER_TIMEOUT_MS)
+    expect(finished.last).to_contain_text(METRICS, timeout=ANSWER_TIMEOUT_MS)
     assert name in finished.last.inner_text(), finished.last.inner_text()  # among the sources
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "chat-drop.png"))

@@ -170,12 +170,12 @@ def _hostile_answer(links: LinkPolicy) -> Answer:
 
 def test_chat_source_lines_and_panels_show_document_text_sanitised() -> None:
     text = answer_markdown(_hostile_answer(ALLOW), "en")
-    assert ("- [1] `x.md` — Wi-Fi › &lt;b>Guests&lt;/b>: “Join s verify (link removed: phish.test) "
+    assert ("- [1] x.md — Wi-Fi › &lt;b>Guests&lt;/b>: “Join s verify (link removed: phish.test) "
             "[docs](https://docs.example.com/w)”") in text
-    [panel] = source_panels(_hostile_answer(ALLOW), {})
+    [panel] = source_panels(_hostile_answer(ALLOW), {}, "en")
     assert panel.content == ("**it/x.md**\n\n*Wi-Fi › &lt;b>Guests&lt;/b>*\n\nJoin s verify (link removed: phish.test) "
                              "[docs](https://docs.example.com/w)")
-    strict = source_panels(_hostile_answer(STRICT), {})[0].content
+    strict = source_panels(_hostile_answer(STRICT), {}, "en")[0].content
     assert strict.endswith("verify (link removed: phish.test) docs (link removed: docs.example.com)")
 
 

@@ -199,10 +199,11 @@ async def _stream(first: Event, events: AsyncIterator[Event], reply: cl.Message)
 
 async def _finish(reply: cl.Message, question: str, answer: Answer, language: Language,
                   principal: Principal) -> None:
-    """Replace the streamed text with the finished message: answer, sources, metrics; panels behind [n]."""
+    """Replace the streamed text with the finished message: answer, sources, metrics; each source's name in the
+    list opens its panel (Chainlit links every element whose name the message contains)."""
     pdfs = await asyncio.to_thread(_pdf_urls, principal, {source.hit.doc_id for source in answer.sources})
     reply.content = answer_markdown(answer, language)
-    reply.elements = [_element(panel) for panel in source_panels(answer, pdfs)]  # type: ignore[misc]
+    reply.elements = [_element(panel) for panel in source_panels(answer, pdfs, language)]  # type: ignore[misc]
     body = ask_body(answer, context.settings.escalate_below)
     reply.metadata = {"question": question, "answer": answer.text, "answerable": answer.answerable,
                       "sources": body["sources"], "confidence": answer.confidence}

@@ -46,6 +46,7 @@ def mount_chat(app: FastAPI, settings: Settings, services: Callable[[], Services
     config.project.user_session_timeout = round(settings.session_hours * 3600)
     config.project.allow_origins[:] = settings.cors_origin_list  # in place: Chainlit's CORS layer holds this list
     uploads.configure(config, settings)  # files dropped into the chat: our types and RAG_MAX_UPLOAD_MB
+    _serve_main_script(app)
     mount_chainlit(app, target=str(CHAT_DIR / "handlers.py"), path=CHAT_PATH)
     limiter = LoginLimiter(settings.login_max_failures, settings.login_window_s, settings.login_concurrency)
     chainlit_app.add_middleware(ChatGuard, login=limiter)  # outermost of Chainlit's app: sees every /chat request
@@ -54,3 +55,15 @@ def mount_chat(app: FastAPI, settings: Settings, services: Callable[[], Services
     # without this, PDF sources fail to open.
     assets = Path(chainlit.__file__).parent / "frontend" / "dist" / "assets"
     app.mount("/assets", StaticFiles(directory=assets), name="chainlit-assets")
+
+
+def _serve_main_script(app: FastAPI) -> None:
+    """Chainlit's main script without the source panels' auto-open (ui.chat.frontend), at Chainlit's own path and
+    at /assets; added before Chainlit is mounted, so these routes answer first."""
+    from ui.chat.frontend import main_script
+
+    script = main_script()
+    if script is not None:
+        for prefix in (CHAT_PATH, ""):
+            app.add_route(f"{prefix}/assets/{script.name}", script.serve, methods=["GET", "HEAD"],
+                          include_in_schema=False)

@@ -6,6 +6,8 @@ sanitised by the engine."""
 
 from __future__ import annotations
 
+import html
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -17,13 +19,17 @@ from rag.sanitize import STRICT, LinkPolicy
 from ui.chat.texts import Language, text
 
 SNIPPET_CHARS = 140
+MIN_DECODE_MS = 50.0  # a shorter span from the model's first token to the end gives no meaningful decode rate
+# What a source's name keeps of its file name: characters Markdown shows as themselves, and `_` inside words
+# (Chainlit finds the link of a name only when the link's text renders as the name itself).
+_NOT_IN_NAME = re.compile(r"[^\w .,:;()+=%'-]|_(?![^\W_])|(?<![^\W_])_")
 KIND_NAMES = {".pdf": "PDF", ".md": "Markdown", ".markdown": "Markdown", ".txt": "text", ".rst": "reST",
               ".html": "HTML", ".htm": "HTML", ".docx": "Word"}
 
 
 @dataclass(frozen=True, slots=True)
 class SourcePanel:
-    """What clicking [n] opens: the PDF at its page when it can be read, else the passage as text."""
+    """What clicking a source's name opens: the PDF at its page when it can be read, else the passage as text."""
 
     name: str
     kind: str  # "pdf" or "text"
@@ -32,22 +38,28 @@ class SourcePanel:
     page: int | None = None
 
 
-def source_name(n: int) -> str:
-    """The element name; Chainlit links every occurrence of it in the message, so [n] markers become links."""
+def marker(n: int) -> str:
+    """How an answer refers to its source n."""
     return f"[{n}]"
 
 
-def source_line(source: Source, language: Language, links: LinkPolicy = STRICT) -> str:
-    """`[n] file, p. 3 — Heading › Sub: “snippet…”` for the list under an answer."""
+def source_name(source: Source, language: Language, links: LinkPolicy = STRICT) -> str:
+    """`[n] file, p. 3`: the name of the source's panel (its title) and the text in the message that Chainlit
+    makes its link; unique in its message by its number."""
     hit = source.hit
-    where = f"`{PurePosixPath(hit.source).name}`"
-    if hit.page is not None:
-        where += ", " + text(language, "page", page=hit.page)
+    file = html.unescape(links.clean(" ".join(PurePosixPath(hit.source).name.split())).text)
+    page = ", " + text(language, "page", page=hit.page) if hit.page is not None else ""
+    return f"{marker(source.n)} {_NOT_IN_NAME.sub('-', file)}{page}"
+
+
+def source_line(source: Source, language: Language, links: LinkPolicy = STRICT) -> str:
+    """`[n] file, p. 3 — Heading › Sub: “snippet…”` for the list under an answer; its name opens its panel."""
+    hit = source.hit
     heading = f" — {hit.headings.replace(' > ', ' › ')}" if hit.headings else ""
     # The passage is sanitised whole before it is cut, so no image or link is cut in half (and shown as text).
     passage = snippet(links.clean(passage_body(hit)).text)
-    shown = links.clean(f"{where}{heading}: “{passage}”").text
-    return f"- {source_name(source.n)} {' '.join(shown.split())}"
+    shown = " ".join(links.clean(f"{heading}: “{passage}”").text.split())
+    return f"- {source_name(source, language, links)}{' ' if heading else ''}{shown}"
 
 
 def snippet(passage: str, limit: int = SNIPPET_CHARS) -> str:
@@ -60,13 +72,42 @@ def snippet(passage: str, limit: int = SNIPPET_CHARS) -> str:
 
 
 def metrics_line(answer: Answer, language: Language) -> str:
-    """Tokens in/out, first-token latency, total time and decode speed of one answer."""
-    timings, usage = answer.timings, answer.usage
-    first_ms = timings.first_token_ms
-    decode_s = (timings.total_ms - first_ms) / 1000 if first_ms is not None else 0.0
-    rate = f"{usage.completion_tokens / decode_s:.1f}" if decode_s > 0 and usage.completion_tokens else "–"
-    return "*" + text(language, "metrics", prompt=usage.prompt_tokens, completion=usage.completion_tokens,
-                      first=_seconds(first_ms), total=_seconds(timings.total_ms), rate=rate) + "*"
+    """What one answer took, true to its mode: tokens, first shown text, total and decode rate for model text;
+    "quoted" or "no answer" otherwise, naming a model draft that was written but not shown."""
+    total = text(language, "metrics_total", total=_seconds(answer.timings.total_ms))
+    if answer.mode == "generated":
+        first = text(language, "metrics_first", first=_seconds(answer.timings.first_token_ms))
+        parts = [_tokens(answer, language), first, total]
+        rate = decode_rate(answer)
+        if rate is not None:
+            parts.append(text(language, "metrics_rate", rate=f"{rate:.1f}"))
+    else:
+        parts = [text(language, "metrics_quoted" if answer.mode == "extracted" else "metrics_refused")]
+        if drafted(answer):
+            parts.append(text(language, "metrics_withheld", tokens=_tokens(answer, language)))
+        parts.append(total)
+    return "*" + " · ".join(parts) + "*"
+
+
+def decode_rate(answer: Answer) -> float | None:
+    """Completion tokens per second from the model's first token to the end; None without tokens or over a span
+    shorter than MIN_DECODE_MS (never a rate over a zero span)."""
+    timings, tokens = answer.timings, answer.usage.completion_tokens
+    start = timings.draft_first_token_ms if timings.draft_first_token_ms is not None else timings.first_token_ms
+    if start is None or tokens <= 0 or timings.total_ms - start < MIN_DECODE_MS:
+        return None
+    return tokens / ((timings.total_ms - start) / 1000)
+
+
+def drafted(answer: Answer) -> bool:
+    """Whether the model wrote text for this answer."""
+    return answer.usage.completion_tokens > 0 or answer.timings.draft_first_token_ms is not None or bool(
+        answer.withheld)
+
+
+def _tokens(answer: Answer, language: Language) -> str:
+    usage = answer.usage
+    return text(language, "metrics_tokens", prompt=usage.prompt_tokens, completion=usage.completion_tokens)
 
 
 def _seconds(ms: float | None) -> str:
@@ -100,25 +141,25 @@ def answer_markdown(answer: Answer, language: Language) -> str:
 def quoted_markdown(answer: Answer) -> str:
     """A quoted answer: its label, then each sentence as a block quote with its [n]."""
     label = answer.text.split("\n", 1)[0]
-    quotes = "\n>\n".join(f"> {sentence.text} {''.join(source_name(n) for n in sentence.sources)}"
+    quotes = "\n>\n".join(f"> {sentence.text} {''.join(marker(n) for n in sentence.sources)}"
                            for sentence in answer.shown_sentences)
     return f"📄 *{label}*\n\n{quotes}"
 
 
-def source_panels(answer: Answer, pdfs: Mapping[str, str]) -> list[SourcePanel]:
-    """One panel per source; `pdfs` maps the doc_id of each PDF the user may read to its URL (it opens there, at
-    the page)."""
+def source_panels(answer: Answer, pdfs: Mapping[str, str], language: Language) -> list[SourcePanel]:
+    """One panel per source, named by it; `pdfs` maps the doc_id of each PDF the user may read to its URL (it
+    opens there, at the page)."""
     panels, clean = [], answer.links.clean
     for source in answer.sources if answer.answerable else []:
-        hit = source.hit
+        hit, name = source.hit, source_name(source, language, answer.links)
         url = pdfs.get(hit.doc_id)
         if url is not None:
-            panels.append(SourcePanel(source_name(source.n), "pdf", clean(passage_body(hit)).text, url, hit.page))
+            panels.append(SourcePanel(name, "pdf", clean(passage_body(hit)).text, url, hit.page))
             continue
-        title = f"**{clean(hit.source).text}**" + (f" · p. {hit.page}" if hit.page is not None else "")
+        page = " · " + text(language, "page", page=hit.page) if hit.page is not None else ""
         heading = f"\n\n*{clean(hit.headings.replace(' > ', ' › ')).text}*" if hit.headings else ""
         body = clean(passage_body(hit)).text
-        panels.append(SourcePanel(source_name(source.n), "text", f"{title}{heading}\n\n{body}"))
+        panels.append(SourcePanel(name, "text", f"**{clean(hit.source).text}**{page}{heading}\n\n{body}"))
     return panels
 
 

@@ -25,7 +25,9 @@ TEXTS: dict[Language, dict[str, str]] = {
         "not_found_title": "Not in the documents",
         "not_found_body": "I couldn't find this in the indexed documents, so I won't guess. Try rephrasing with "
                           "the words your documents use, or contact the helpdesk.",
-        "metrics": "{prompt} tokens in · {completion} out · first token {first} · {total} total · {rate} tok/s",
+        "metrics_tokens": "{prompt} tokens in · {completion} out", "metrics_first": "first token {first}",
+        "metrics_total": "{total} total", "metrics_rate": "{rate} tok/s", "metrics_quoted": "quoted",
+        "metrics_refused": "no answer", "metrics_withheld": "model draft withheld ({tokens})",
         "llm_down": "The answer service is unreachable right now. Please try again in a minute; if it persists, "
                     "tell the helpdesk.",
         "store_down": "The document index cannot be reached right now. Please try again shortly.",
@@ -67,7 +69,9 @@ TEXTS: dict[Language, dict[str, str]] = {
         "not_found_title": "文档中没有相关内容",
         "not_found_body": "在已索引的文档中没有找到答案，所以我不做猜测。请换一种说法（使用文档中的用词），"
                           "或联系服务台。",
-        "metrics": "输入 {prompt} 词元 · 输出 {completion} · 首词元 {first} · 总计 {total} · {rate} 词元/秒",
+        "metrics_tokens": "输入 {prompt} 词元 · 输出 {completion}", "metrics_first": "首词元 {first}",
+        "metrics_total": "总计 {total}", "metrics_rate": "{rate} 词元/秒", "metrics_quoted": "引用原文",
+        "metrics_refused": "未作答", "metrics_withheld": "模型草稿未显示（{tokens}）",
         "llm_down": "回答服务暂时无法连接。请稍后再试；如果问题持续，请联系服务台。",
         "store_down": "暂时无法访问文档索引，请稍后再试。",
         "empty_index": "知识库是空的：尚未索引任何文档。请联系管理员运行 `rag-ingest`。",
