@@ -15,7 +15,7 @@ from __future__ import annotations
 import bisect
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -24,8 +24,9 @@ from rag.keyword import HAN_RANGE, STOPWORDS, _stem
 MATCH = 10  # scores are integers: a matched unit is worth MATCH, a skipped excerpt unit costs GAP
 GAP = 2
 CORE_GAP = 6  # the tight core of a two-part reading
+CROSSING = 20  # an alignment that runs over the end of an excerpt sentence pays this for each end it crosses
 _UNIT = re.compile(f"[{HAN_RANGE}]|[^\\W_{HAN_RANGE}]+")
-_SENTENCE_END = re.compile(r"[.!?](?=\s|$)|[。！？；]|\n\s*\n")
+_SENTENCE_END = re.compile(r"[.!?](?=\s|$)|[。！？；]")
 _HAN_FUNCTION = frozenset("的了着过是在和与及或也都就之而并且把被对于为以其这那个您你我它他她们吗呢吧啊")
 # What a sentence says about polarity and quantity, by kind: a sentence and the place that backs it must agree.
 POLARITY = {
@@ -105,13 +106,13 @@ def align(sentence: Units, excerpt: Units, segments: int = 2) -> Alignment:
     if not sentence.words or not excerpt.words:
         return Alignment(0.0, 0, 0)
     everything = range(len(excerpt.words))
-    readings = [[_local(sentence.words, excerpt.words, everything, GAP)]]
+    readings = [[_local(sentence.words, excerpt, everything, GAP)]]
     if segments > 1:
-        core = _local(sentence.words, excerpt.words, everything, CORE_GAP)
+        core = _local(sentence.words, excerpt, everything, CORE_GAP)
         rest = tuple(word for i, word in enumerate(sentence.words) if i not in core.matched)
         if core.matched and rest:
             window = excerpt.same_sentences(core.lo, core.hi)
-            readings.append([core, _local(rest, excerpt.words, window, GAP)])
+            readings.append([core, _local(rest, excerpt, window, GAP)])
     score, parts = max((sum(part.score for part in parts), parts) for parts in readings)
     found = [part for part in parts if part.matched]
     if score <= 0 or not found:
@@ -129,41 +130,49 @@ class _Part:
     lo: int = 0
     hi: int = 0
 
+    crossed: int = 0  # excerpt sentence ends between lo and hi
+
     @property
     def score(self) -> int:
         if not self.matched:
             return 0
-        return MATCH * len(self.matched) - GAP * (self.hi - self.lo + 1 - len(self.matched))
+        return MATCH * len(self.matched) - GAP * (self.hi - self.lo + 1 - len(self.matched)) - CROSSING * self.crossed
 
     def __lt__(self, other: _Part) -> bool:  # max() over readings compares parts only on equal scores
         return self.score < other.score
 
 
-def _local(words: Sequence[str], excerpt: Sequence[str], window: range, gap: int) -> _Part:
-    """Local alignment (Smith-Waterman: skipped sentence units free, skipped excerpt units `gap` each) of `words`
-    against excerpt[window]."""
-    part = [excerpt[j] for j in window]
+def _local(words: Sequence[str], excerpt: Units, window: range, gap: int) -> _Part:
+    """Local alignment (Smith-Waterman: skipped sentence units free, skipped excerpt units `gap` each, each excerpt
+    sentence end crossed CROSSING) of `words` against the excerpt's units in `window`."""
+    part = [excerpt.words[j] for j in window]
     n, m = len(words), len(part)
     if not n or not m:
         return _Part()
     part_array = np.array(part, dtype=object)
     matches = np.array([part_array == word for word in words], dtype=bool)  # n × m
+    ends = np.array([excerpt.sentences[j] for j in window], dtype=np.int64)
+    ends = np.concatenate(([ends[0]], ends)) - ends[0]  # sentence ends before each column
     table = np.zeros((n + 1, m + 1), dtype=np.int64)
-    ramp = gap * np.arange(m + 1, dtype=np.int64)
+    ramp = gap * np.arange(m + 1, dtype=np.int64) + CROSSING * ends
+    step = MATCH - CROSSING * np.diff(ends)
     for i in range(1, n + 1):
         above = table[i - 1]
-        candidate = np.maximum(above[1:], np.where(matches[i - 1], above[:-1] + MATCH, 0))
+        candidate = np.maximum(above[1:], np.where(matches[i - 1], above[:-1] + step, 0))
         row = np.concatenate(([0], candidate))
         table[i] = np.maximum(np.maximum.accumulate(row + ramp) - ramp, 0)
     end_i, end_j = np.unravel_index(int(np.argmax(table)), table.shape)
-    return _traceback(table, matches, int(end_i), int(end_j), window.start)
+    found = _traceback(table, matches, step, int(end_i), int(end_j), window.start)
+    crossed = excerpt.sentences[found.hi] - excerpt.sentences[found.lo] if found.matched else 0
+    return replace(found, crossed=crossed)
 
 
-def _traceback(table: np.ndarray, matches: np.ndarray, i: int, j: int, shift: int) -> _Part:
+def _traceback(table: np.ndarray, matches: np.ndarray, step: np.ndarray, i: int, j: int,  # type: ignore[type-arg]
+               shift: int) -> _Part:
     matched: set[int] = set()
     positions: list[int] = []
     while i > 0 and j > 0 and table[i, j] > 0:
-        if matches[i - 1, j - 1] and table[i - 1, j - 1] + MATCH == table[i, j]:
+        if matches[i - 1, j - 1] and table[i - 1, j - 1] + step[j - 1] == table[i, j]:
             matched.add(i - 1)
             positions.append(j - 1)
             i, j = i - 1, j - 1

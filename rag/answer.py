@@ -38,6 +38,7 @@ EXTRACTED_CONFIDENCE = 0.8  # a quoted answer is right from the documents but ma
 # Calibrated on the dev sets and hand-labelled answers (README, "Answers you can trust"):
 RELEVANCE_MARGIN = 0.2  # excerpts more than this below the best one are neither sent to the model nor listed
 GIVE_UP_AFTER = 3  # unsupported sentences in a row, none shown yet: the draft is abandoned (quotes or refusal)
+MAX_SHOWN = 5  # the prompt asks for at most five sentences; a model that copies a whole excerpt is cut there
 
 
 def confidence(best_score: float | None, threshold: float) -> float:
@@ -82,7 +83,7 @@ class _Draft:
 
     sentences: list[Sentence] = field(default_factory=list)
     text: str = ""
-    stop: str = ""  # "loop", "ungrounded", "language", "refusal"
+    stop: str = ""  # "loop", "ungrounded", "language", "refusal", "long"
     unsupported_run: int = 0  # unsupported sentences since the last shown one
     refused: bool = False
     held: list[int] = field(default_factory=list)  # shown introductions ("…:") not yet streamed
@@ -188,6 +189,7 @@ class QueryEngine:
                     draft.held.append(len(draft.sentences) - 1)
                     if not _waits(draft.sentences[-1]):  # an introduction or "Yes." waits for what follows it
                         yield from (self._shown(run, draft, shown) for shown in draft.release())
+                    draft.stop = draft.stop or ("long" if draft.shown >= MAX_SHOWN else "")
                 if draft.stop:
                     break
         finally:
@@ -253,8 +255,10 @@ class QueryEngine:
         elif self.mode == "generate":
             yield from self._refused(run, "refusal" if draft.refused else "withheld", draft=draft)
         else:  # the model said the excerpts do not answer, or nothing it wrote holds: quote only when sure
+            # (a draft that only named a section, "2.5 Memory and Disk Space Requirements", pointed at the answer)
+            pointed = any(sentence.reason == "heading" for sentence in draft.sentences)
             yield from self._extracted(run, "refusal" if draft.refused else draft.stop or "ungrounded", draft,
-                                       confident=True)
+                                       confident=not pointed)
 
     def _extracted(self, run: _Run, why: str, draft: _Draft | None = None, confident: bool = False) -> Iterator[Event]:
         quotes = extract(run.standalone, run.hits, run.language, self._encoder, confident=confident)

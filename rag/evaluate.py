@@ -41,14 +41,21 @@ def _squash(text: str) -> str:
     return "".join(text.split()).lower()
 
 
-def load_cases(path: Path) -> list[Case]:
-    """Cases from a JSONL file; a malformed line is a ConfigError naming it."""
+SPLITS = ("tune", "test")
+
+
+def load_cases(path: Path, split: str | None = None) -> list[Case]:
+    """Cases from a JSONL file, all or one half ("tune": thresholds are fitted on it; "test": figures are reported
+    on it): a line's "split", else by position (even lines tune, odd lines test). A malformed line is a ConfigError
+    naming it."""
     cases = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
+    lines = [(number, line) for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+             if line.strip()]
+    for position, (number, line) in enumerate(lines):
         try:
             raw = json.loads(line)
+            if split is not None and str(raw.get("split") or SPLITS[position % 2]) != split:
+                continue
             case = Case(str(raw["question"]), bool(raw.get("answerable", True)), str(raw.get("expected_source", "")),
                         str(raw.get("expected_text", "")))
         except (ValueError, KeyError, TypeError) as exc:
@@ -175,6 +182,8 @@ class AnswerTally:
             "gold_cited_when_retrieved": _share(self.gold_cited, self.gold_retrieved),
             "language_match": _share(self.language_ok, self.questions),
             "answered": _share(self.answered, self.answerable),
+            "generated": _share(self.questions - self.refused_offtopic - self.refused_answerable - self.extracted,
+                                self.questions - self.refused_offtopic - self.refused_answerable),
             "fallback_rate": _share(self.extracted, self.questions - self.refused_offtopic - self.refused_answerable),
             "loops": self.loops,
             "refusal_precision": _share(self.refused_offtopic, refused),

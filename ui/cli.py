@@ -131,14 +131,16 @@ def _print_sources(answer: Answer) -> None:
 @click.option("--mode", type=click.Choice(["hybrid", "dense", "keyword"]), default=None,
               help="Retrieval mode (default RAG_RETRIEVAL_MODE).")
 @click.option("--answers", is_flag=True, help="Also ask the LLM: answered-and-cited and refusal rates.")
+@click.option("--split", type=click.Choice(["tune", "test"]), default=None,
+              help="Only that half of the cases (a line's \"split\", else even lines tune, odd lines test).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
-def eval_command(cases_file: Path, k: int, mode: str | None, answers: bool, as_json: bool) -> None:
+def eval_command(cases_file: Path, k: int, mode: str | None, answers: bool, split: str | None, as_json: bool) -> None:
     """Measure retrieval on CASES_FILE (JSONL: question, expected_source|expected_text, answerable)."""
     with errors():
         settings = load_settings()
         if mode:
             settings = settings.model_copy(update={"retrieval_mode": mode})
-        cases = load_cases(cases_file)
+        cases = load_cases(cases_file, split)
         engine = build_engine(settings)
         retriever = engine.retriever
         retriever.warm()  # latency percentiles measure questions, not the one-off index build
