@@ -167,7 +167,7 @@ def _local(words: Sequence[str], excerpt: Units, window: range, gap: int) -> _Pa
     return replace(found, crossed=crossed)
 
 
-def _traceback(table: np.ndarray, matches: np.ndarray, step: np.ndarray, i: int, j: int,  # type: ignore[type-arg]
+def _traceback(table: np.ndarray, matches: np.ndarray, step: np.ndarray, i: int, j: int,
                shift: int) -> _Part:
     matched: set[int] = set()
     positions: list[int] = []
