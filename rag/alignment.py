@@ -41,6 +41,9 @@ POLARITY = {
     "must": re.compile(r"\b(?:must|required|requires?|need|needs|necessary|mandatory)\b|必须|必需|需要|要求",
                        re.IGNORECASE),
     "may": re.compile(r"\b(?:optional|optionally|may|might)\b|可选|或许|也许", re.IGNORECASE),
+    # A reason given ("Because …", "因为 …") must be one the excerpt gives: a fact is not its own cause.
+    "cause": re.compile(r"\b(?:because|since|therefore|thus|hence|reason|due to|so that)\b|"
+                        r"因为|由于|所以|因此|原因|为了", re.IGNORECASE),
 }
 _KEPT = frozenset({"not"})  # a stopword that is a claim
 

@@ -39,6 +39,7 @@ _FENCE = re.compile(r"```[\w+#.-]*")
 VERDICT = re.compile(r"(?:yes|no|yes, you can|no, you cannot|是的?|对|可以|不可以|不能|不|没有)[.!,。！，]?",
                      re.IGNORECASE)
 _SENTENCE_END = re.compile(r"[.!?。！？\n]")
+HEADING_CHARS = 80
 _SECTION_NUMBER = re.compile(r"\s*(?:第\s*\d+\s*[章节]|\d+(?:\.\d+)*\.?\s)")
 
 
@@ -66,7 +67,8 @@ def numbers(text: str) -> set[str]:
 
 def names(text: str) -> set[str]:
     """Code spans, identifiers and capitalised names not at the start of a sentence, lower-cased."""
-    found = {span.strip() for span in _CODE.findall(text)}
+    # A code span as written, without the call parentheses or quotes the model adds (`f()`, `'__main__'`).
+    found = {span.strip().strip("'\"").removesuffix("()") for span in _CODE.findall(text)}
     plain = _CODE.sub(" ", text)
     found |= {match.rstrip(".") for match in _IDENTIFIER.findall(plain) if not _NUMBER.fullmatch(match)}
     found |= {_without_article(name) for name in _NAME.findall(plain)}
@@ -109,11 +111,14 @@ def _around(text: str, start: int, end: int) -> str:
 
 def _heading_only(sentence: str, excerpt: str, start: int, end: int) -> bool:
     """Whether an unpunctuated sentence only repeats a heading: the excerpt's first line (ingest's heading path)
-    or a numbered section title ("2.5 Memory and Disk Space Requirements")."""
-    if _SENTENCE_END.search(sentence.rstrip()[-1:] or "."):
+    or a numbered section title ("2.5 Memory and Disk Space Requirements"), the place all on that one line."""
+    bare = sentence.rstrip().rstrip("\"'”’»)」』")
+    if len(bare) > HEADING_CHARS or _SENTENCE_END.search(bare[-1:] or ".") or "`" in sentence:
         return False
     line_start = excerpt.rfind("\n", 0, start) + 1
-    line_end = excerpt.find("\n", end)
+    line_end = excerpt.find("\n", start)
+    if 0 <= line_end < end:
+        return False  # the place runs on past the line: more than a heading
     line = excerpt[line_start:line_end if line_end >= 0 else len(excerpt)]
     return line_start == 0 or _SECTION_NUMBER.match(line) is not None
 
