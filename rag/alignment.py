@@ -13,6 +13,7 @@ contexts; characters align the same way everywhere), without the commonest funct
 from __future__ import annotations
 
 import bisect
+import itertools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -30,7 +31,8 @@ _SENTENCE_END = re.compile(r"[.!?](?=\s|$)|[。！？；]")
 _HAN_FUNCTION = frozenset("的了着过是在和与及或也都就之而并且把被对于为以其这那个您你我它他她们吗呢吧啊")
 # What a sentence says about polarity and quantity, by kind: a sentence and the place that backs it must agree.
 POLARITY = {
-    "not": re.compile(r"\b(?:not|no|never|none|nothing|nobody|neither|nor|without|unable|cannot)\b|n't\b|"
+    "not": re.compile(r"\b(?:not|no|never|none|nothing|nobody|neither|nor|without|unable|cannot|independent(?:ly)?|"
+                      r"regardless)\b|n't\b|"
                       r"不(?!同|仅|但|过|久|断|少|错|久|管|论)|没有|没|未|无(?!论)|非(?!常)|别", re.IGNORECASE),
     "all": re.compile(r"\b(?:all|every|everything|always|entire(?:ly)?|fully|completely)\b|所有|全部|每|总是|完全|一切",
                       re.IGNORECASE),
@@ -100,6 +102,7 @@ class Alignment:
     coverage: float
     start: int
     end: int
+    swapped: int = 0  # places where the sentence says another word than the excerpt, between aligned words
 
 
 def align(sentence: Units, excerpt: Units, segments: int = 2) -> Alignment:
@@ -115,13 +118,14 @@ def align(sentence: Units, excerpt: Units, segments: int = 2) -> Alignment:
         rest = tuple(word for i, word in enumerate(sentence.words) if i not in core.matched)
         if core.matched and rest:
             window = excerpt.same_sentences(core.lo, core.hi)
-            readings.append([core, _local(rest, excerpt, window, GAP)])
+            readings.append([core, _local(rest, excerpt, window, GAP, last_word=False)])
     score, parts = max((sum(part.score for part in parts), parts) for parts in readings)
     found = [part for part in parts if part.matched]
     if score <= 0 or not found:
         return Alignment(0.0, 0, 0)
     lo, hi = min(part.lo for part in found), max(part.hi for part in found)
-    return Alignment(round(score / (MATCH * len(sentence.words)), 3), excerpt.spans[lo][0], excerpt.spans[hi][1])
+    return Alignment(round(score / (MATCH * len(sentence.words)), 3), excerpt.spans[lo][0], excerpt.spans[hi][1],
+                     sum(part.swapped for part in found))
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +138,7 @@ class _Part:
     hi: int = 0
 
     crossed: int = 0  # excerpt sentence ends between lo and hi
+    swapped: int = 0  # gaps where both sides skip units between two matched pairs ("defined" said as "called")
 
     @property
     def score(self) -> int:
@@ -145,9 +150,10 @@ class _Part:
         return self.score < other.score
 
 
-def _local(words: Sequence[str], excerpt: Units, window: range, gap: int) -> _Part:
+def _local(words: Sequence[str], excerpt: Units, window: range, gap: int, last_word: bool = True) -> _Part:
     """Local alignment (Smith-Waterman: skipped sentence units free, skipped excerpt units `gap` each, each excerpt
-    sentence end crossed CROSSING) of `words` against the excerpt's units in `window`."""
+    sentence end crossed CROSSING) of `words` against the excerpt's units in `window`; `last_word`: whether a
+    swapped last word counts (not for the rest of a sentence aligned after its core, whose last word is the core's)."""
     part = [excerpt.words[j] for j in window]
     n, m = len(words), len(part)
     if not n or not m:
@@ -166,18 +172,31 @@ def _local(words: Sequence[str], excerpt: Units, window: range, gap: int) -> _Pa
         table[i] = np.maximum(np.maximum.accumulate(row + ramp) - ramp, 0)
     end_i, end_j = np.unravel_index(int(np.argmax(table)), table.shape)
     found = _traceback(table, matches, step, int(end_i), int(end_j), window.start)
-    crossed = excerpt.sentences[found.hi] - excerpt.sentences[found.lo] if found.matched else 0
-    return replace(found, crossed=crossed)
+    if not found.matched:
+        return found
+    crossed = excerpt.sentences[found.hi] - excerpt.sentences[found.lo]
+    swapped = found.swapped + (_swapped_ends(found, n, excerpt, window) if last_word else 0)
+    return replace(found, crossed=crossed, swapped=swapped)
+
+
+def _swapped_ends(found: _Part, n: int, excerpt: Units, window: range) -> int:
+    """1 when the sentence's last word is not the aligned one and the excerpt's sentence goes on with another
+    there ("…when the function is called" against "…when the function is defined")."""
+    after = found.hi + 1
+    tail = max(found.matched) < n - 1
+    return int(tail and after < window.stop and excerpt.sentences[after] == excerpt.sentences[found.hi])
 
 
 def _traceback(table: np.ndarray, matches: np.ndarray, step: np.ndarray, i: int, j: int,
                shift: int) -> _Part:
     matched: set[int] = set()
     positions: list[int] = []
+    pairs: list[tuple[int, int]] = []
     while i > 0 and j > 0 and table[i, j] > 0:
         if matches[i - 1, j - 1] and table[i - 1, j - 1] + step[j - 1] == table[i, j]:
             matched.add(i - 1)
             positions.append(j - 1)
+            pairs.append((i - 1, j - 1))
             i, j = i - 1, j - 1
         elif table[i - 1, j] == table[i, j]:
             i -= 1
@@ -185,7 +204,8 @@ def _traceback(table: np.ndarray, matches: np.ndarray, step: np.ndarray, i: int,
             j -= 1
     if not positions:
         return _Part()
-    return _Part(frozenset(matched), min(positions) + shift, max(positions) + shift)
+    swapped = sum(1 for (i2, j2), (i1, j1) in itertools.pairwise(pairs) if i2 - i1 > 1 and j2 - j1 > 1)
+    return _Part(frozenset(matched), min(positions) + shift, max(positions) + shift, swapped=swapped)
 
 
 def polarity(text: str) -> frozenset[str]:

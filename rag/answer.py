@@ -20,7 +20,7 @@ from rag.access import Principal
 from rag.answer_types import Answer, Done, Event, Outcome, Retrieved, Sentence, Source, Timings, Token
 from rag.extract import Encoder, extract
 from rag.grounding import MIN_COVERAGE, RepetitionGuard, SupportChecker, Verdict, mentions_any, proper_names
-from rag.keyword import cjk_share
+from rag.keyword import cjk_share, tokenize
 from rag.llm import LLM, Delta, Stop, Usage
 from rag.prompt import Message, answer_messages, condense_messages, is_refusal, new_nonce, reply
 from rag.retrieve import Retriever
@@ -39,6 +39,7 @@ EXTRACTED_CONFIDENCE = 0.8  # a quoted answer is right from the documents but ma
 RELEVANCE_MARGIN = 0.2  # excerpts more than this below the best one are neither sent to the model nor listed
 GIVE_UP_AFTER = 3  # unsupported sentences in a row, none shown yet: the draft is abandoned (quotes or refusal)
 MAX_SHOWN = 5  # the prompt asks for at most five sentences; a model that copies a whole excerpt is cut there
+ON_TOPIC = 2  # question words the first shown sentence (or its excerpt sentence) must hold
 
 
 def confidence(best_score: float | None, threshold: float) -> float:
@@ -85,6 +86,7 @@ class _Draft:
     text: str = ""
     stop: str = ""  # "loop", "ungrounded", "language", "refusal", "long"
     unsupported_run: int = 0  # unsupported sentences since the last shown one
+    asked: frozenset[str] = frozenset()  # the question's search tokens
     refused: bool = False
     held: list[int] = field(default_factory=list)  # shown introductions ("…:") not yet streamed
 
@@ -180,7 +182,7 @@ class QueryEngine:
 
     def _generated(self, run: _Run) -> Iterator[Event]:
         checker = SupportChecker([hit.text for hit in run.hits], run.language, run.standalone, self.min_coverage)
-        draft = _Draft()
+        draft = _Draft(asked=frozenset(tokenize(run.standalone)))
         messages = answer_messages(run.question, run.hits, run.history, nonce=new_nonce())
         deltas = self._llm.stream(messages, self.max_answer_tokens, stop=run.stop)
         try:
@@ -226,6 +228,9 @@ class QueryEngine:
             return ""
         if verdict.reason == "verdict":
             return verdict.text if not draft.held else ""  # shown only with the supported sentence after it
+        if verdict.supported and not draft.shown and not _on_topic(verdict, draft.asked):
+            verdict = replace(verdict, supported=False, reason="off_topic")
+            draft.sentences[-1] = Sentence(verdict.text, False, verdict.sources, False, verdict.reason)
         if not verdict.supported:
             draft.withhold_held()  # what they introduced is not shown
             draft.unsupported_run += 1
@@ -323,6 +328,14 @@ def _with_markers(text: str, sources: Sequence[int]) -> str:
     body, end = (text[:-1], text[-1]) if text[-1:] and text[-1] in ".!?。！？" else (text, "")
     space = "" if end in ("。", "！", "？") or language_of(body) == "zh" else " "
     return f"{body.rstrip()}{space}{markers}{end}"
+
+
+def _on_topic(verdict: Verdict, asked: frozenset[str]) -> bool:
+    """Whether a first sentence is about the question: it, or the excerpt sentence backing it, holds at least
+    ON_TOPIC of the question's words (all of them for a one-word question). A true sentence about something else
+    ("处理 Bug 对你也是很好的锻炼" for a question on downloading updates once) is no answer."""
+    said = set(tokenize(verdict.text)) | set(tokenize(verdict.place))
+    return len(asked & said) >= min(ON_TOPIC, len(asked))
 
 
 def _waits(sentence: Sentence) -> bool:

@@ -241,10 +241,24 @@ def recheck(answer: Answer) -> int:
 
 
 def evaluate_answers(cases: Sequence[Case], ask: Callable[[str], Answer],
-                     recheck: Callable[[Answer], int] = recheck) -> dict[str, dict[str, float | int | None]]:
-    """Ask every question and report the answer metrics per language ("en", "zh")."""
+                     recheck: Callable[[Answer], int] = recheck,
+                     seen: Callable[[Case, Answer], None] | None = None) -> dict[str, dict[str, float | int | None]]:
+    """Ask every question and report the answer metrics per language ("en", "zh"); `seen` gets each answer."""
     tallies: dict[str, AnswerTally] = {}
     for case in cases:
         tally = tallies.setdefault(question_language(case.question), AnswerTally())
-        tally_answer(tally, case, ask(case.question), recheck)
+        answer = ask(case.question)
+        tally_answer(tally, case, answer, recheck)
+        if seen is not None:
+            seen(case, answer)
     return {language: tally.metrics() for language, tally in sorted(tallies.items())}
+
+
+def answer_record(case: Case, answer: Answer) -> dict[str, object]:
+    """One line of `rag eval --answers --dump`: the question, what was shown, and whether the gold was cited."""
+    return {"question": case.question, "answerable": case.answerable, "mode": answer.mode,
+            "fallback": answer.fallback, "answer": answer.text,
+            "gold_cited": any(s.cited and case.matches(s.hit) for s in answer.sources),
+            "gold_listed": any(case.matches(s.hit) for s in answer.sources),
+            "sources": [f"[{s.n}] {s.hit.source}" + (f" p. {s.hit.page}" if s.hit.page else "")
+                        for s in answer.sources]}

@@ -161,3 +161,18 @@ def test_support_in_chinese_keeps_negation_and_quantity(sentence: str, supported
 def test_code_fences_and_their_language_tag_are_not_words_of_the_claim() -> None:
     verdict = SupportChecker([VENV], "en").check("```bash\npython3 -m venv tutorial-env\n```")
     assert verdict.supported and verdict.text == "python3 -m venv tutorial-env"
+
+
+def test_english_words_said_differently_inside_the_place_are_not_support() -> None:
+    checker = SupportChecker(["Default values are created exactly once, when the function is defined."], "en")
+    assert checker.check("Default values are created exactly once, when the function is defined.").supported
+    verdict = checker.check("Default values are created exactly once, when the function is called.")
+    assert (verdict.supported, verdict.reason) == (False, "swapped")
+
+
+def test_a_copied_heading_path_is_no_answer_and_number_words_count() -> None:
+    path = "第 8 章 国际化和本地化 > 8.1. 语言环境 > 8.1.2. 系统默认"
+    checker = SupportChecker([f"{path}\n系统默认的语言环境写在 /etc/default/locale。"], "zh")
+    assert checker.check("第 8 章 国际化和本地化 > 8.1. 语言环境 > 8.1.2.").reason == "heading"
+    english = SupportChecker(["Sets are two orders of magnitude faster here."], "en")
+    assert english.check("Sets are three orders of magnitude faster here.").reason == "number"

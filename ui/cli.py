@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import sys
 from collections.abc import Callable, Iterator
@@ -17,7 +18,7 @@ from rich.table import Table
 from rag.access import LOCAL_OPERATOR, Principal, parse_grant
 from rag.answer import Answer, Done, QueryEngine, Token
 from rag.config import Settings, is_loopback, load_settings
-from rag.evaluate import Case, evaluate, evaluate_answers, load_cases
+from rag.evaluate import Case, answer_record, evaluate, evaluate_answers, load_cases
 from rag.types import Hit
 from rag.wiring import (
     build_engine,
@@ -133,8 +134,11 @@ def _print_sources(answer: Answer) -> None:
 @click.option("--answers", is_flag=True, help="Also ask the LLM: answered-and-cited and refusal rates.")
 @click.option("--split", type=click.Choice(["tune", "test"]), default=None,
               help="Only that half of the cases (a line's \"split\", else even lines tune, odd lines test).")
+@click.option("--dump", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="With --answers: write each question's answer to this JSONL file (to read them).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
-def eval_command(cases_file: Path, k: int, mode: str | None, answers: bool, split: str | None, as_json: bool) -> None:
+def eval_command(cases_file: Path, k: int, mode: str | None, answers: bool, split: str | None, dump: Path | None,
+                 as_json: bool) -> None:
     """Measure retrieval on CASES_FILE (JSONL: question, expected_source|expected_text, answerable)."""
     with errors():
         settings = load_settings()
@@ -149,15 +153,24 @@ def eval_command(cases_file: Path, k: int, mode: str | None, answers: bool, spli
         body = report.as_json() | {"mode": retriever.mode, "k": k, "thresholds": {
             "en": settings.tuning.refusal_threshold, "cjk": settings.tuning.refusal_threshold_cjk}}
         if answers:
-            body["answers"] = _answer_checks(cases, engine)
+            body["answers"] = _answer_checks(cases, engine, dump)
     if as_json:
         print(json.dumps(body, ensure_ascii=False))
     else:
         Console().print(_eval_table(body, k))
 
 
-def _answer_checks(cases: list[Case], engine: QueryEngine) -> dict[str, dict[str, float | int | None]]:
-    return evaluate_answers(cases, lambda question: engine.ask(question, principal=LOCAL_OPERATOR))
+def _answer_checks(cases: list[Case], engine: QueryEngine,
+                   dump: Path | None) -> dict[str, dict[str, float | int | None]]:
+    ask = functools.partial(engine.ask, principal=LOCAL_OPERATOR)
+    if dump is None:
+        return evaluate_answers(cases, ask)
+    with dump.open("w", encoding="utf-8") as out:
+        def write(case: Case, answer: Answer) -> None:
+            out.write(json.dumps(answer_record(case, answer), ensure_ascii=False) + "\n")
+            out.flush()
+
+        return evaluate_answers(cases, ask, seen=write)
 
 
 def _eval_table(body: dict[str, Any], k: int) -> Table:
