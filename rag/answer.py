@@ -11,12 +11,14 @@ otherwise says the answer is not in the documents.
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from rag.access import Principal
+from rag.alignment import polarity
 from rag.answer_types import Answer, Done, Event, Outcome, Retrieved, Sentence, Source, Timings, Token
 from rag.extract import Encoder, extract
 from rag.grounding import MIN_COVERAGE, RepetitionGuard, SupportChecker, Verdict, mentions_any, proper_names
@@ -39,7 +41,8 @@ EXTRACTED_CONFIDENCE = 0.8  # a quoted answer is right from the documents but ma
 RELEVANCE_MARGIN = 0.2  # excerpts more than this below the best one are neither sent to the model nor listed
 GIVE_UP_AFTER = 3  # unsupported sentences in a row, none shown yet: the draft is abandoned (quotes or refusal)
 MAX_SHOWN = 5  # the prompt asks for at most five sentences; a model that copies a whole excerpt is cut there
-ON_TOPIC = 2  # question words the first shown sentence (or its excerpt sentence) must hold
+ON_TOPIC = 0.3  # share of the question's words the first shown sentence (or its excerpt sentence) must hold
+_WHY = re.compile(r"\bwhy\b|为什么|为何", re.IGNORECASE)
 
 
 def confidence(best_score: float | None, threshold: float) -> float:
@@ -87,6 +90,7 @@ class _Draft:
     stop: str = ""  # "loop", "ungrounded", "language", "refusal", "long"
     unsupported_run: int = 0  # unsupported sentences since the last shown one
     asked: frozenset[str] = frozenset()  # the question's search tokens
+    why: bool = False  # the question asks for a reason
     refused: bool = False
     held: list[int] = field(default_factory=list)  # shown introductions ("…:") not yet streamed
 
@@ -182,7 +186,7 @@ class QueryEngine:
 
     def _generated(self, run: _Run) -> Iterator[Event]:
         checker = SupportChecker([hit.text for hit in run.hits], run.language, run.standalone, self.min_coverage)
-        draft = _Draft(asked=frozenset(tokenize(run.standalone)))
+        draft = _Draft(asked=frozenset(tokenize(run.standalone)), why=_WHY.search(run.standalone) is not None)
         messages = answer_messages(run.question, run.hits, run.history, nonce=new_nonce())
         deltas = self._llm.stream(messages, self.max_answer_tokens, stop=run.stop)
         try:
@@ -228,7 +232,7 @@ class QueryEngine:
             return ""
         if verdict.reason == "verdict":
             return verdict.text if not draft.held else ""  # shown only with the supported sentence after it
-        if verdict.supported and not draft.shown and not _on_topic(verdict, draft.asked):
+        if verdict.supported and not draft.shown and not _on_topic(verdict, draft.asked, draft.why):
             verdict = replace(verdict, supported=False, reason="off_topic")
             draft.sentences[-1] = Sentence(verdict.text, False, verdict.sources, False, verdict.reason)
         if not verdict.supported:
@@ -330,12 +334,14 @@ def _with_markers(text: str, sources: Sequence[int]) -> str:
     return f"{body.rstrip()}{space}{markers}{end}"
 
 
-def _on_topic(verdict: Verdict, asked: frozenset[str]) -> bool:
-    """Whether a first sentence is about the question: it, or the excerpt sentence backing it, holds at least
-    ON_TOPIC of the question's words (all of them for a one-word question). A true sentence about something else
-    ("处理 Bug 对你也是很好的锻炼" for a question on downloading updates once) is no answer."""
+def _on_topic(verdict: Verdict, asked: frozenset[str], why: bool) -> bool:
+    """Whether a first sentence is about the question: it, or the excerpt sentence backing it, holds ON_TOPIC of
+    the question's words (at least two, or all of a shorter question), and answers a "why" with a reason the excerpt
+    gives. A true sentence about something else ("处理 Bug 对你也是很好的锻炼" for a question on downloading updates
+    once; "GNU/Linux 是以 Unix 为原型创造的" for why it is called GNU/Linux) is no answer."""
     said = set(tokenize(verdict.text)) | set(tokenize(verdict.place))
-    return len(asked & said) >= min(ON_TOPIC, len(asked))
+    wanted = min(len(asked), max(2, math.ceil(ON_TOPIC * len(asked))))
+    return len(asked & said) >= wanted and (not why or "cause" in polarity(verdict.place))
 
 
 def _waits(sentence: Sentence) -> bool:

@@ -94,7 +94,7 @@ def test_auto_mode_withholds_unsupported_sentences_one_by_one(retriever: Retriev
     reply = "Leave is decided by your manager. Staff get 25 days of annual leave per year. Unused days expire in 2031."
     answer = QueryEngine(retriever, FakeLLMServer(lambda m: reply).llm(), 2, 0.1).ask(LEAVE, principal=ALL)
     assert (answer.mode, answer.text) == ("generated", "Staff get 25 days of annual leave per year [1].")
-    assert [s.reason for s in answer.withheld] == ["coverage", "number"]
+    assert [s.reason for s in answer.withheld] == ["swapped", "number"]
 
 
 @pytest.mark.parametrize(("reply", "shown"), [
