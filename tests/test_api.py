@@ -76,7 +76,7 @@ def test_refusal_and_uncited_answers_escalate(make_client: MakeClient) -> None:
     unsupported = make_client(reply="Twenty-five days, plus five in March.").post(
         "/v1/ask", json={"question": "Annual leave days?"}).json()
     assert (unsupported["mode"], unsupported["fallback"], unsupported["escalate"]) == ("extracted", "ungrounded", True)
-    assert unsupported["grounded"] == 0.0 and unsupported["withheld"] == [{"reason": "name"}]
+    assert unsupported["grounded"] == 0.0 and unsupported["withheld"] == [{"reason": "number"}]  # "five" is a number word
     assert "March" not in json.dumps(unsupported)
     assert unsupported["answer"] == "From the documents (quoted):\n“Staff get 25 days of annual leave per year.” [1]"
 
