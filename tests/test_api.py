@@ -73,9 +73,10 @@ def test_refusal_and_uncited_answers_escalate(make_client: MakeClient) -> None:
     assert refused.json()["answer"] == REFUSAL
     assert (refused.json()["answerable"], refused.json()["escalate"]) == (False, True)
     # Not what the excerpt says: the draft is withheld and the excerpt quoted instead, which escalates too.
+    # ("five" is a number word: the reason is "number".)
     unsupported = make_client(reply="Twenty-five days, plus five in March.").post(
         "/v1/ask", json={"question": "Annual leave days?"}).json()
-    assert (unsupported["mode"], unsupported["fallback"], unsupported["escalate"]) == ("extracted", "ungrounded", True)  # "five": a number word
+    assert (unsupported["mode"], unsupported["fallback"], unsupported["escalate"]) == ("extracted", "ungrounded", True)
     assert unsupported["grounded"] == 0.0 and unsupported["withheld"] == [{"reason": "number"}]
     assert "March" not in json.dumps(unsupported)
     assert unsupported["answer"] == "From the documents (quoted):\n“Staff get 25 days of annual leave per year.” [1]"
