@@ -210,20 +210,23 @@ def test_off_topic_question_gets_a_distinct_not_in_documents_reply(page: Page, c
     expect(reply).to_contain_text("contact the helpdesk")
 
 
-def test_quoted_answer_is_shown_as_a_block_quote_with_its_source(page: Page, chat_app: ChatApp) -> None:
-    """The offline model's draft for this question fails the check; the chat shows the documents' own words."""
+def test_demo_question_is_answered_with_the_command_and_its_source(page: Page, chat_app: ChatApp) -> None:
+    """The offline model answers the demo question itself (its metrics carry a rate); should its draft fail the
+    check on another CPU, the documents' own words are shown as a block quote instead (no rate: no model text)."""
     _sign_in(page, chat_app)
     expect(page.get_by_text("I answer from")).to_be_visible(timeout=30_000)
     _ask(page, "How do I create a Python virtual environment?")
     answer = page.locator("[data-step-type=assistant_message]").last
     expect(answer).to_contain_text(METRICS, timeout=ANSWER_TIMEOUT_MS)
     text = _last_answer(page)
-    assert "From the documents (quoted)" in text, text
-    assert re.search(r"quoted · .*\d s total", text) and "tok/s" not in text, text  # no rate: no model text
-    quote = answer.locator("blockquote").filter(has_text="python3 -m venv")
-    expect(quote).to_have_count(1)
-    n = re.findall(r"\[(\d)\]", quote.inner_text())[0]
-    expect(_source_link(answer, int(n))).to_be_visible()  # the quote's source, listed below, opens it
+    assert "python3 -m venv" in text, text
+    if "From the documents (quoted)" in text:
+        assert re.search(r"quoted · .*\d s total", text) and "tok/s" not in text, text
+        expect(answer.locator("blockquote").filter(has_text="python3 -m venv")).to_have_count(1)
+    else:
+        assert "tok/s" in text and "quoted" not in text, text
+    n = re.findall(r"\[(\d)\]", text)[0]
+    expect(_source_link(answer, int(n))).to_be_visible()  # the answer's source, listed below, opens it
 
 
 def test_chinese_browser_gets_chinese_ui(browser: Browser, chat_app: ChatApp) -> None:
@@ -453,6 +456,7 @@ def test_source_panels_open_on_click_each_titled_by_and_showing_its_own_source(p
     expect(page.locator("#side-view-title")).to_have_count(0)
     text = answer.inner_text()
     assert re.search(r"quoted · \d+\.\d\d s total", text) and "tok/s" not in text, text
+    expect(answer.locator("blockquote").first).to_be_visible()  # quotes are shown as block quotes
     names = links.all_inner_texts()
     assert sorted(re.sub(r"^\[\d\] |, p\. \d+$", "", name) for name in names) == sorted(VPN_WORDS), names
     for n, name in enumerate(names, start=1):
