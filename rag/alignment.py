@@ -25,6 +25,7 @@ from rag.keyword import HAN_RANGE, STOPWORDS, _stem
 MATCH = 10  # scores are integers: a matched unit is worth MATCH, a skipped excerpt unit costs GAP
 GAP = 2
 CORE_GAP = 6  # the tight core of a two-part reading
+SWAP_WIDTH = 3  # at most this many words on each side make a substitution between the two parts of a reading
 CROSSING = 20  # an alignment that runs over the end of an excerpt sentence pays this for each end it crosses
 _UNIT = re.compile(f"[{HAN_RANGE}]|[^\\W_{HAN_RANGE}]+")
 _SENTENCE_END = re.compile(r"[.!?](?=\s|$)|[。！？；]")
@@ -118,7 +119,10 @@ def align(sentence: Units, excerpt: Units, segments: int = 2) -> Alignment:
         rest = tuple(word for i, word in enumerate(sentence.words) if i not in core.matched)
         if core.matched and rest:
             window = excerpt.same_sentences(core.lo, core.hi)
-            readings.append([core, _local(rest, excerpt, window, GAP, last_word=False)])
+            rest_part = _local(rest, excerpt, window, GAP, last_word=False)
+            places = [i for i in range(len(sentence.words)) if i not in core.matched]
+            rest_part = replace(rest_part, matched=frozenset(places[k] for k in rest_part.matched))
+            readings.append([core, replace(rest_part, swapped=rest_part.swapped + _swapped_between(core, rest_part))])
     score, parts = max((sum(part.score for part in parts), parts) for parts in readings)
     found = [part for part in parts if part.matched]
     if score <= 0 or not found:
@@ -177,6 +181,19 @@ def _local(words: Sequence[str], excerpt: Units, window: range, gap: int, last_w
     crossed = excerpt.sentences[found.hi] - excerpt.sentences[found.lo]
     swapped = found.swapped + (_swapped_ends(found, n, excerpt, window) if last_word else 0)
     return replace(found, crossed=crossed, swapped=swapped)
+
+
+def _swapped_between(core: _Part, rest: _Part) -> int:
+    """1 when the two parts of a reading follow each other in the same order in sentence and excerpt, and both
+    say something else between them ("VACUUM is a standard VACUUM command that can reclaim…" against "VACUUM FULL
+    can reclaim…": "standard … command" where the excerpt says "FULL")."""
+    if not core.matched or not rest.matched:
+        return 0
+    first, second = (rest, core) if rest.lo < core.lo else (core, rest)
+    if max(first.matched) >= min(second.matched):
+        return 0  # said in the other order: that is what a second part is for
+    said, written = min(second.matched) - max(first.matched) - 1, second.lo - first.hi - 1
+    return int(0 < said <= SWAP_WIDTH and 0 < written <= SWAP_WIDTH)  # a few words for a few: a substitution
 
 
 def _swapped_ends(found: _Part, n: int, excerpt: Units, window: range) -> int:

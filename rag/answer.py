@@ -335,7 +335,7 @@ def _with_markers(text: str, sources: Sequence[int]) -> str:
 
 
 def _on_topic(verdict: Verdict, asked: frozenset[str], why: bool) -> bool:
-    """Whether a first sentence is about the question: it, or the excerpt sentence backing it, holds ON_TOPIC of
+    """Whether a first sentence is about the question: it, or the excerpt text around its place, holds ON_TOPIC of
     the question's words (at least two, or all of a shorter question), and answers a "why" with a reason the excerpt
     gives. A true sentence about something else ("处理 Bug 对你也是很好的锻炼" for a question on downloading updates
     once; "GNU/Linux 是以 Unix 为原型创造的" for why it is called GNU/Linux) is no answer."""

@@ -52,6 +52,7 @@ _SENTENCE_END = re.compile(r"[.!?。！？\n]")
 HEADING_CHARS = 80
 _BREADCRUMB = re.compile(r"\S \> \S")
 LOOK_BACK = 6  # characters before an aligned place whose negation counts
+CONTEXT = 160  # characters each side of a place that tell what it is about (a command's introducing sentence)
 _SECTION_NUMBER = re.compile(r"\s*(?:第\s*\d+\s*[章节]|\d+(?:\.\d+)*\.?\s)")
 
 
@@ -64,7 +65,7 @@ class Verdict:
     sources: tuple[int, ...] = ()
     coverage: float = 0.0
     reason: str = ""  # why not supported: "empty", "coverage", "number", "name", "language", "repeat", …
-    place: str = ""  # the excerpt sentence(s) that back a supported sentence
+    place: str = ""  # the excerpt text around the place that backs a supported sentence (CONTEXT each side)
 
 
 def _squash(text: str) -> str:
@@ -198,7 +199,8 @@ class SupportChecker:
             missing = self._missing(shown, excerpt, place.start, place.end, facts, stated)
             missing = missing or ("swapped" if place.swapped > self.max_swapped[self.language] else "")
             if not missing and place.coverage >= floor:
-                return Verdict(shown, True, (n,), place.coverage, place=_around(excerpt, place.start, place.end))
+                context = excerpt[max(0, place.start - CONTEXT):place.end + CONTEXT]
+                return Verdict(shown, True, (n,), place.coverage, place=context)
             if place.coverage > best.coverage:
                 best = Verdict(shown, False, (n,), place.coverage, missing or "coverage")
         return best
