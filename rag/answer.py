@@ -182,7 +182,13 @@ class QueryEngine:
     def condense(self, question: str, history: Sequence[Message]) -> str:
         """A standalone version of a follow-up question, for retrieval."""
         rewritten = " ".join(self._llm.complete(condense_messages(question, history), CONDENSE_MAX_TOKENS).split())
-        return rewritten.strip('"“”') or question
+        rewritten = rewritten.strip('"“”') or question
+        if set(tokenize(rewritten)) <= set(tokenize(question)):
+            # Nothing of the conversation made it in ("What does the FULL variant do differently?"): the earlier
+            # question says what "it" is, so retrieval reads both.
+            asked = [m["content"] for m in history if m["role"] == "user"]
+            return f"{asked[-1]} {rewritten}" if asked else rewritten
+        return rewritten
 
     def _generated(self, run: _Run) -> Iterator[Event]:
         checker = SupportChecker([hit.text for hit in run.hits], run.language, run.standalone, self.min_coverage)

@@ -6,6 +6,7 @@ Cases are JSONL: `{"question": …, "expected_source": … | "expected_text": �
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -19,6 +20,7 @@ from rag.sentences import language_of, question_language
 from rag.types import Hit
 
 RANKS = (1, 3, 10)
+_REMOVED_NOTE = re.compile(r"\s*\(link removed(?:: [^()]*)?\)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +236,8 @@ def recheck(answer: Answer) -> int:
     """How many shown sentences a fresh support check accepts against the texts of the listed sources."""
     texts = [source.hit.text for source in answer.sources]
     shown = answer.shown_sentences
-    verdicts = [SupportChecker(texts, language_of(s.text) or "en").check(s.text) for s in shown]
+    # The assistant's own notes where sanitising took a link out ("(link removed: host)") are not the model's words.
+    verdicts = [SupportChecker(texts, language_of(s.text) or "en").check(_REMOVED_NOTE.sub("", s.text)) for s in shown]
     # A bare "Yes." is shown only on the strength of the supported sentence after it.
     return sum(v.supported or (v.reason == "verdict" and i + 1 < len(verdicts) and verdicts[i + 1].supported)
                for i, v in enumerate(verdicts))
