@@ -143,9 +143,10 @@ class Retriever:
         # Counting only when nothing came back keeps the store round trip off every normal query.
         if not hits and self._dense.count() == 0:
             raise EmptyIndex(f"collection {self._dense.name!r} is empty: run `rag-ingest PATH` first")
+        hits = with_substance(hits)  # before a reranker, which then orders what it is given
         if self._reranker is not None:
             hits = self._reranker.rerank(question, hits)
-        return self._visible(with_substance(hits), principal)[:k]
+        return self._visible(hits, principal)[:k]
 
     def _look_ahead(self, n: int, admits: Admits | None) -> tuple[int, Callable[[str], bool] | None]:
         """(How many nearest chunks the dense side reads unfiltered first, the label copy it checks them by)."""

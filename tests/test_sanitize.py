@@ -120,7 +120,8 @@ def test_engine_shows_answers_sanitised_and_reports_what_it_removed(docs: Path, 
                                                                     embedder: CountingEmbedder) -> None:
     write("it/vpn.md", VPN_DOC)
     service.sync([docs], settings, embedder=embedder)
-    answer_text = "Install the client from https://vpn.corp.example/get and read https://evil.test/setup first."
+    answer_text = ("Install the client from https://vpn.corp.example/get and read https://evil.test/setup before you "
+                   "import the company profile.")
 
     def reply(messages: list[dict[str, str]]) -> str:
         if messages[0]["content"] == CONDENSE_PROMPT:  # the condensed question is the model's words, shown too
@@ -135,7 +136,8 @@ def test_engine_shows_answers_sanitised_and_reports_what_it_removed(docs: Path, 
     retrieved, done = events[0], events[-1]
     assert isinstance(retrieved, Retrieved) and isinstance(done, Done)
     assert retrieved.query == "How do I install the VPN client q?" and retrieved.links == ALLOW
-    shown = ("Install the client from https://vpn.corp.example/get and read (link removed: evil.test) first [1].")
+    shown = ("Install the client from https://vpn.corp.example/get and read (link removed: evil.test) before you "
+             "import the company profile [1].")
     assert "".join(e.text for e in events if isinstance(e, Token)) == shown == done.answer.text
     assert [s.text for s in done.answer.shown_sentences] == [shown.replace(" [1]", "")]
     assert done.answer.as_json()["removed"] == [{"kind": "image", "host": "sink.test"},
