@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from rag.keyword import HAN_RANGE, STOPWORDS, _stem
+from rag.keyword import HAN_RANGE, STOPWORDS, stem
 
 MATCH = 10  # scores are integers: a matched unit is worth MATCH, a skipped excerpt unit costs GAP
 GAP = 2
@@ -72,7 +72,7 @@ def units(text: str) -> Units:
     lowered = text.lower()
     kept = [(_negation(m.group(), lowered, m.start()), m.start(), m.end()) for m in _UNIT.finditer(lowered)]
     kept = [(w, a, b) for w, a, b in kept if _content(w)]
-    stems = iter(_stem([w for w, _, _ in kept if not _is_han(w)]))
+    stems = iter(stem([w for w, _, _ in kept if not _is_han(w)]))
     words = tuple(w if _is_han(w) else next(stems) for w, _, _ in kept)
     ends = [m.end() for m in _SENTENCE_END.finditer(text)]
     return Units(words, tuple((a, b) for _, a, b in kept), tuple(bisect.bisect_right(ends, a) for _, a, _ in kept))

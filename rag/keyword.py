@@ -81,7 +81,7 @@ def tokenize(text: str) -> list[str]:
         if _CJK.match(run):
             tokens += [w for w in _jieba_words(run) if w not in STOPWORDS]
         else:
-            tokens += _stem([w for w in _WORD.findall(run) if w not in STOPWORDS])
+            tokens += stem([w for w in _WORD.findall(run) if w not in STOPWORDS])
     return tokens
 
 
@@ -106,7 +106,8 @@ def _stemmer() -> Any:
     return Stemmer.Stemmer("english")
 
 
-def _stem(words: list[str]) -> list[str]:
+def stem(words: list[str]) -> list[str]:
+    """English words stemmed (Snowball), as the keyword index stems them."""
     return list(_stemmer().stemWords(words)) if words else []
 
 
