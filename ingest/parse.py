@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import resource
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
 from ingest.chunker import Piece, TokenCounter, chunk_document
 from ingest.html import load_html
 from ingest.loaders import LOADERS, LoadedDoc, LoadError, decode_text, front_matter, load_markdown
+from ingest.safe_read import read_inside
 from rag.access import DocAccess, document_access
+
+if TYPE_CHECKING:
+    from ingest.scan import FoundFile
 
 SUPPORTED: dict[str, Callable[[bytes, str], LoadedDoc]] = {**LOADERS, ".html": load_html, ".htm": load_html}
 SIDECAR_SUFFIX = ".meta.yaml"
@@ -83,9 +89,21 @@ def token_counter(tokenizer_path: str) -> TokenCounter:
     return lambda text: len(tokenizer.encode(text, add_special_tokens=False))
 
 
-def parse_file(path: str, name: str, sidecar: bytes | None, spec: ChunkSpec) -> ParsedDoc:
-    """Load and chunk one file; raises LoadError with a one-line reason when it cannot be read."""
-    data = Path(path).read_bytes()
+def parse_file(found: FoundFile, digest: str, sidecar: bytes | None, spec: ChunkSpec) -> ParsedDoc:
+    """Load and chunk the file the scan found, if its bytes still have the planned hash (`digest`); raises
+    LoadError with a one-line reason when it cannot be read."""
+    try:
+        data = read_inside(found.root, found.path, found.identity)
+    except OSError as exc:
+        raise LoadError(f"cannot read: {exc.strerror}") from exc
+    if hashlib.sha256(data).hexdigest() != digest:
+        # The chunks would carry the planned hash while holding other bytes; the next sync plans them anew.
+        raise LoadError("changed while this sync was reading it; it is read again on the next sync")
+    return parse_bytes(data, found.path.name, sidecar, spec)
+
+
+def parse_bytes(data: bytes, name: str, sidecar: bytes | None, spec: ChunkSpec) -> ParsedDoc:
+    """Load and chunk a file's bytes; raises LoadError with a one-line reason when they cannot be read."""
     if not data.strip():
         raise LoadError("empty file")
     loader = SUPPORTED[Path(name).suffix.lower()]
@@ -113,15 +131,15 @@ def sidecar_access(data: bytes | None) -> DocAccess | None:
     return document_access(groups) if groups not in (None, [], "") else None
 
 
-def read_access(path: Path, sidecar: bytes | None) -> DocAccess:
+def read_access(found: FoundFile, sidecar: bytes | None) -> DocAccess:
     """A document's access without parsing its body: the sidecar's groups, else Markdown front matter's."""
     from_sidecar = sidecar_access(sidecar)
     if from_sidecar is not None:
         return from_sidecar
-    if SUPPORTED.get(path.suffix.lower()) is not load_markdown:  # the one format with front matter
+    if SUPPORTED.get(found.path.suffix.lower()) is not load_markdown:  # the one format with front matter
         return DocAccess()
     try:
-        meta, _ = front_matter(decode_text(path.read_bytes()))
-    except LoadError:
+        meta, _ = front_matter(decode_text(read_inside(found.root, found.path, found.identity)))
+    except (LoadError, OSError):
         return DocAccess(locked=True)
     return document_access(meta.get("groups"))

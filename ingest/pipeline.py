@@ -102,7 +102,7 @@ def plan_sync(paths: Sequence[Path], manifest: Manifest, max_bytes: int, prune: 
 
 
 def _classify(plan: Plan, found: FoundFile, doc_id: str, entry: Entry | None) -> None:
-    sidecar = sidecar_hash(found.path)
+    sidecar = sidecar_hash(found)
     # Same size and mtime as recorded: trust the recorded hash (as rsync does).
     if entry and (entry.size, entry.mtime_ns) == (found.size, found.mtime_ns):
         digest = entry.content_hash

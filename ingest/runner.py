@@ -16,8 +16,9 @@ from pebble import ProcessExpired, ProcessPool
 
 from ingest.loaders import LoadError
 from ingest.manifest import Entry, Manifest
-from ingest.parse import ChunkSpec, ParsedDoc, init_worker, parse_file, read_access, sidecar_of
+from ingest.parse import ChunkSpec, ParsedDoc, init_worker, parse_file, read_access
 from ingest.pipeline import NoProgress, Plan, Progress, Report, Task, build_chunks
+from ingest.scan import sidecar_bytes
 from rag.access import DocAccess
 from rag.embedder import Embedder, Vectors
 from rag.index import Index
@@ -92,8 +93,7 @@ def regroup(tasks: list[Task], store: Index, manifest: Manifest, report: Report)
     entries = manifest.entries()
     for task in tasks:
         entry = entries[task.doc_id]
-        sidecar = sidecar_of(task.found.path)
-        access = read_access(task.found.path, sidecar.read_bytes() if sidecar.is_file() else None)
+        access = read_access(task.found, sidecar_bytes(task.found))
         if access.label != entry.access:
             ids = sorted(store.ids_of_document(task.doc_id) | set(entry.chunk_ids))
             store.set_access(ids, access, DocAccess.from_label(entry.access).groups)
@@ -155,9 +155,7 @@ def _parse_all(tasks: list[Task], spec: ChunkSpec, timeout: float, report: Repor
 
 
 def _schedule(pool: ProcessPool, task: Task, spec: ChunkSpec, timeout: float) -> Future[ParsedDoc]:
-    sidecar = sidecar_of(task.found.path)
-    extra = sidecar.read_bytes() if sidecar.is_file() else None
-    args = (str(task.found.path), task.found.path.name, extra, spec)
+    args = (task.found, task.content_hash, sidecar_bytes(task.found), spec)
     return pool.schedule(parse_file, args=args, timeout=timeout)
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ingest.parse import is_supported, sidecar_of
+from ingest.safe_read import Identity, hash_inside, read_optional
 
 # Names that editors, office suites and downloads give files while they are being written: never documents.
 TEMPORARY_SUFFIXES = (".swp", ".swo", ".swx", ".tmp", ".temp", ".part", ".partial", ".crdownload", ".download", "~")
@@ -24,6 +25,7 @@ class FoundFile:
     source: str
     size: int
     mtime_ns: int
+    identity: Identity  # device and inode of what the path resolved to: a later read must open this very file
 
 
 @dataclass(slots=True)
@@ -90,7 +92,7 @@ def _add(scan: Scan, path: Path, root: Path) -> None:
         reason = "symlink loop" if exc.errno == errno.ELOOP else "broken symlink" if path.is_symlink() else None
         scan.failed[source] = reason or f"cannot read: {exc.strerror}"
         return
-    scan.files.append(FoundFile(path, root, source, stat.st_size, stat.st_mtime_ns))
+    scan.files.append(FoundFile(path, root, source, stat.st_size, stat.st_mtime_ns, (stat.st_dev, stat.st_ino)))
 
 
 def _walk_error(scan: Scan, root: Path, error: OSError) -> None:
@@ -111,7 +113,7 @@ def _rel(path: Path, root: Path) -> str:
 
 def content_hash(found: FoundFile) -> str:
     """SHA-256 of the file (its sidecar is hashed apart: a change there relabels chunks, it does not re-embed)."""
-    return file_hash(found.path)
+    return hash_inside(found.root, found.path, found.identity)
 
 
 def file_hash(path: Path) -> str:
@@ -123,10 +125,23 @@ def file_hash(path: Path) -> str:
     return digest.hexdigest()
 
 
-def sidecar_hash(path: Path) -> str:
+# Not UTF-8, so no YAML reader accepts it: a sidecar that cannot be read safely locks its document.
+LOCKING_SIDECAR = b"\xff unreadable sidecar"
+
+
+def sidecar_bytes(found: FoundFile) -> bytes | None:
+    """A document's metadata sidecar, None when it has none, LOCKING_SIDECAR when it cannot be read safely
+    (a link out of the folder, a broken link, a swap during the sync)."""
+    try:
+        return read_optional(found.root, sidecar_of(found.path))
+    except OSError:
+        return LOCKING_SIDECAR
+
+
+def sidecar_hash(found: FoundFile) -> str:
     """SHA-256 of a document's metadata sidecar, or "" when it has none."""
-    sidecar = sidecar_of(path)
-    return hashlib.sha256(sidecar.read_bytes()).hexdigest() if sidecar.is_file() else ""
+    data = sidecar_bytes(found)
+    return hashlib.sha256(data).hexdigest() if data is not None else ""
 
 
 def document_id(root: Path, source: str) -> str:
