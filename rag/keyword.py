@@ -216,27 +216,27 @@ class KeywordIndex:
             return []
         import numpy as np
 
-        scores, ceiling = snapshot.scores(terms)
-        verdicts = None if admits is None else snapshot.verdicts(admits)
-        if verdicts is not None:
-            scores *= verdicts[snapshot.codes]
+        visible = snapshot.visible(admits)
+        scores, ceiling = snapshot.scores(terms, visible)
         best = min(k, int(np.count_nonzero(scores)))
         # Partition the negated scores: with kth near the end, the many zeros make argpartition ~10x slower.
         part = np.argpartition(-scores, best - 1)[:best] if best else np.array([], dtype=int)
         top: list[int] = [int(i) for i in part[np.argsort(-scores[part])]]
         chosen = set(top)
         top += [i for i in map(snapshot.slot, include) if i is not None and i not in chosen]
-        if verdicts is not None:  # ids the caller named are checked too: nothing invisible leaves this method
-            top = [i for i in top if verdicts[snapshot.codes[i]]]
+        if visible is not None:  # ids the caller named are checked too: nothing invisible leaves this method
+            top = [i for i in top if visible[i]]
         return [KeywordHit(snapshot.chunk_id(i), float(scores[i]), float(scores[i]) / ceiling) for i in top]
 
-    def query_ceiling(self, terms: Sequence[str]) -> float:
-        """The most any chunk could score for these terms: coverage's denominator, so coverage stays within 0–1.
+    def query_ceiling(self, terms: Sequence[str], admits: Admits | None = None) -> float:
+        """The most any chunk `admits` lets through could score for these terms: coverage's denominator, so
+        coverage stays within 0–1.
 
         The Lucene variant of BM25 scores a term `idf · tf / (tf + k1·(1 − b + b·len/avglen))`, which approaches
         `idf` as the term repeats (one occurrence at average length gives `idf / (1 + k1)`). Terms the index has
         never seen count at the highest idf, so questions about absent things cover little."""
-        return self._current().ceiling(terms)
+        snapshot = self._current()
+        return snapshot.ceiling(terms, snapshot.visible(admits))
 
     def visibility(self, admits: Admits) -> tuple[float, Callable[[str], bool]]:
         """The share of indexed chunks that `admits` lets through (0–1), and the same rule by chunk id from this

@@ -10,11 +10,12 @@ cannot share safely. Here the index lives in tables that several collections sha
   written chunk by chunk lie scattered, ~7x slower at 100k chunks);
 - `rag_keyword_labels`: live chunks per access label, to decide the caller's visible labels and share cheaply.
 
-A search is one SQL statement: idf from the query terms' document frequencies at query time, BM25 summed per chunk
-with the same k1, b and formula as rag.keyword_snapshot (Lucene's variant, an empty chunk counting 1), access checked
-on the chunk row before ranking, `ORDER BY score LIMIT k`. The labels a caller may see are decided by the same
-`admits` rule as the embedded index, applied to the namespace's distinct labels (unknown ones read as locked), and
-passed into the query as a list: nothing outside it is ever scored, ranked or returned.
+A search is one SQL statement: idf from the query terms' document frequencies at query time (chunk count, total
+length and document frequencies over the labels the caller may see: a hidden chunk moves no score), BM25 summed
+per chunk with the same k1, b and formula as rag.keyword_snapshot (Lucene's variant, an empty chunk counting 1),
+access checked on the chunk row before ranking, `ORDER BY score LIMIT k`. The labels a caller may see are decided by
+the same `admits` rule as the embedded index, applied to the namespace's distinct labels (unknown ones read as
+locked), and passed into the query as a list: nothing outside it is ever scored, ranked or returned.
 
 Each process also keeps a copy of the labels by chunk id, caught up from the rows written since its last look: the
 dense side's first look at its nearest chunks (`visibility`); the stored labels decide, never this copy.
@@ -67,34 +68,42 @@ CREATE TABLE IF NOT EXISTS rag_keyword_postings (
 CREATE INDEX IF NOT EXISTS rag_keyword_postings_chunk ON rag_keyword_postings (chunk);
 CREATE TABLE IF NOT EXISTS rag_keyword_labels (
     ns integer NOT NULL REFERENCES rag_keyword_namespaces ON DELETE CASCADE, access text NOT NULL,
-    chunks bigint NOT NULL, PRIMARY KEY (ns, access));
+    chunks bigint NOT NULL, length bigint, PRIMARY KEY (ns, access));
+ALTER TABLE rag_keyword_labels ADD COLUMN IF NOT EXISTS length bigint;
+UPDATE rag_keyword_labels l SET length = (SELECT coalesce(sum(c.length), 0) FROM rag_keyword_chunks c
+                                          WHERE c.ns = l.ns AND c.access = l.access) WHERE l.length IS NULL;
 """
+# What idf and the length norm see: the chunks, their total length and each term's document frequency among the
+# labels the caller may see, so that no score depends on a chunk hidden from them.
+VISIBLE = "(%(everyone)s OR {0}access = ANY(%(visible)s::text[]))"
+STATS = f"""
+st AS (SELECT sum(chunks) AS live, %(k1b)s * sum(chunks) / greatest(sum(length), 1)::float8 AS per_length
+       FROM rag_keyword_labels WHERE ns = %(ns)s AND {VISIBLE.format("")}),
+q AS (SELECT term, count(*) AS n FROM unnest(%(terms)s::text[]) AS term GROUP BY term),
+w AS (SELECT q.term, q.n * ln(1 + (coalesce(st.live, 0) - d.df + 0.5)::float8 / (d.df + 0.5)) AS idf
+      FROM q CROSS JOIN st CROSS JOIN LATERAL
+           (SELECT count(*) AS df FROM rag_keyword_postings p WHERE p.ns = %(ns)s AND p.term = q.term
+            AND {VISIBLE.format("p.")}) AS d)"""
 # The search: BM25 of every chunk holding a query term among the visible labels, the best k, then the chunks named
 # in `include` (scored 0 when they hold no term), each row with the query's ceiling (its idf summed).
-SEARCH = """
-WITH st AS (SELECT live, %(k1b)s * live / greatest(total_length, 1)::float8 AS per_length
-            FROM rag_keyword_namespaces WHERE id = %(ns)s),
-q AS (SELECT term, count(*) AS n FROM unnest(%(terms)s::text[]) AS term GROUP BY term),
-w AS (SELECT q.term, q.n * ln(1 + (st.live - d.df + 0.5)::float8 / (d.df + 0.5)) AS idf
-      FROM q CROSS JOIN st CROSS JOIN LATERAL
-           (SELECT count(*) AS df FROM rag_keyword_postings p WHERE p.ns = %(ns)s AND p.term = q.term) AS d),
+SEARCH = f"""
+WITH {STATS},
 scored AS (SELECT p.chunk AS id, sum(w.idf * p.tf / (p.tf + %(flat)s + st.per_length * p.length)) AS score
            FROM w JOIN rag_keyword_postings p ON p.ns = %(ns)s AND p.term = w.term CROSS JOIN st
-           WHERE %(everyone)s OR p.access = ANY(%(visible)s::text[])
+           WHERE {VISIBLE.format("p.")}
            GROUP BY p.chunk),
 top AS (SELECT id, score FROM scored ORDER BY score DESC, id LIMIT %(k)s),
 named AS (SELECT c.id, coalesce(s.score, 0) AS score, i.pos
           FROM unnest(%(include)s::text[]) WITH ORDINALITY AS i(chunk_id, pos)
           JOIN rag_keyword_chunks c ON c.ns = %(ns)s AND c.chunk_id = i.chunk_id
           LEFT JOIN scored s ON s.id = c.id
-          WHERE (%(everyone)s OR c.access = ANY(%(visible)s::text[])) AND c.id NOT IN (SELECT id FROM top)),
+          WHERE {VISIBLE.format("c.")} AND c.id NOT IN (SELECT id FROM top)),
 found AS (SELECT id, score, 0 AS part, 0::bigint AS pos FROM top UNION ALL SELECT id, score, 1, pos FROM named)
 SELECT c.chunk_id, f.score, (SELECT sum(idf) FROM w) AS ceiling
 FROM found f JOIN rag_keyword_chunks c ON c.id = f.id
 ORDER BY f.part, f.score DESC, f.pos, f.id
 """
-DF = """SELECT st.live, q.term, (SELECT count(*) FROM rag_keyword_postings p WHERE p.ns = st.id AND p.term = q.term)
-        FROM rag_keyword_namespaces st CROSS JOIN unnest(%(terms)s::text[]) AS q(term) WHERE st.id = %(ns)s"""
+CEILING = f"WITH {STATS} SELECT coalesce(sum(idf), 0) FROM w"
 
 
 def connection_url(url: str) -> str:
@@ -216,16 +225,17 @@ class PgKeywordIndex:
             return
         with self._write() as (cur, revision):
             cur.execute("""UPDATE rag_keyword_chunks c SET access = %s, written = %s FROM rag_keyword_chunks old
-                           WHERE c.id = old.id AND c.ns = %s AND c.chunk_id = ANY(%s) RETURNING old.access""",
+                           WHERE c.id = old.id AND c.ns = %s AND c.chunk_id = ANY(%s)
+                           RETURNING old.access, old.length""",
                         (access.label, revision, self._ns, list(chunk_ids)))
             relabelled = cur.fetchall()
             cur.execute("""UPDATE rag_keyword_postings p SET access = %s FROM rag_keyword_chunks c
                            WHERE p.chunk = c.id AND c.ns = %s AND c.chunk_id = ANY(%s)""",
                         (access.label, self._ns, list(chunk_ids)))
             delta = _Delta()
-            for (old,) in relabelled:
-                delta.update(str(old), chunks=-1)
-                delta.update(access.label, chunks=1)
+            for old, length in relabelled:
+                delta.update(str(old), chunks=-1, length=-int(length))
+                delta.update(access.label, chunks=1, length=int(length))
             self._account(cur, delta)
 
     def delete(self, chunk_ids: Sequence[str]) -> None:
@@ -256,16 +266,18 @@ class PgKeywordIndex:
 
     def _account(self, cur: Cursor, delta: _Delta) -> None:
         """Apply a write's change to the label counts and the collection's totals, and bump its revision."""
-        labels = [(label, n) for label, n in delta.labels.items() if n]
+        labels = [(label, n, delta.lengths[label]) for label, n in delta.labels.items() if n or delta.lengths[label]]
         if labels:
-            cur.execute("""INSERT INTO rag_keyword_labels AS l (ns, access, chunks)
-                           SELECT %s, * FROM unnest(%s::text[], %s::bigint[])
-                           ON CONFLICT (ns, access) DO UPDATE SET chunks = l.chunks + excluded.chunks""",
-                        (self._ns, [label for label, _ in labels], [n for _, n in labels]))
+            cur.execute("""INSERT INTO rag_keyword_labels AS l (ns, access, chunks, length)
+                           SELECT %s, * FROM unnest(%s::text[], %s::bigint[], %s::bigint[])
+                           ON CONFLICT (ns, access) DO UPDATE SET chunks = l.chunks + excluded.chunks,
+                                                                  length = l.length + excluded.length""",
+                        (self._ns, [label for label, _, _ in labels], [n for _, n, _ in labels],
+                         [length for _, _, length in labels]))
             cur.execute("DELETE FROM rag_keyword_labels WHERE ns = %s AND chunks <= 0", (self._ns,))
         cur.execute("""UPDATE rag_keyword_namespaces SET revision = revision + 1, live = live + %s,
                        total_length = total_length + %s WHERE id = %s""",
-                    (sum(delta.labels.values()), delta.length, self._ns))
+                    (sum(delta.labels.values()), sum(delta.lengths.values()), self._ns))
 
     def unlabelled(self) -> list[str]:
         """Chunks without an access label: none here (every row is written with one)."""
@@ -296,22 +308,25 @@ class PgKeywordIndex:
         if not terms:
             return []
         with self._pool.transaction() as cur:
-            visible = None if admits is None else self._visible(cur, admits)[0]
             cur.execute(f"SET LOCAL work_mem = '{WORK_MEM}'")
-            cur.execute(SEARCH, {"ns": self._ns, "terms": terms, "k": k, "include": list(include),
-                                 "everyone": visible is None, "visible": visible or [],
-                                 "flat": K1 * (1 - B), "k1b": K1 * B})
+            cur.execute(SEARCH, self._query(cur, terms, admits) | {"k": k, "include": list(include),
+                                                                    "flat": K1 * (1 - B)})
             rows = cur.fetchall()
         return [KeywordHit(str(chunk_id), float(score), float(score) / (float(ceiling) or 1.0))
                 for chunk_id, score, ceiling in rows]
 
-    def query_ceiling(self, terms: Sequence[str]) -> float:
-        """The most any chunk could score for these terms: their idf summed, terms no chunk holds at the highest."""
+    def query_ceiling(self, terms: Sequence[str], admits: Admits | None = None) -> float:
+        """The most any chunk `admits` lets through could score for these terms: their idf summed, terms no such
+        chunk holds at the highest."""
         with self._pool.transaction() as cur:
-            cur.execute(DF, {"ns": self._ns, "terms": list(terms)})
-            rows = cur.fetchall()
-        return sum(math.log(1 + (int(live) - int(df) + 0.5) / (int(df) + 0.5))
-                   for live, _, df in rows) or 1.0
+            cur.execute(CEILING, self._query(cur, list(terms), admits))
+            return float(_one(cur)) or 1.0
+
+    def _query(self, cur: Cursor, terms: list[str], admits: Admits | None) -> dict[str, Any]:
+        """The parameters that STATS reads: namespace, terms and the labels the caller may see."""
+        visible = None if admits is None else self._visible(cur, admits)[0]
+        return {"ns": self._ns, "terms": terms, "everyone": visible is None, "visible": visible or [],
+                "k1b": K1 * B}
 
     def visibility(self, admits: Admits) -> tuple[float, Callable[[str], bool]]:
         """The share of indexed chunks that `admits` lets through (0–1) from the label counts, and the same rule by
@@ -384,16 +399,16 @@ class _LabelCopy:
 
 
 class _Delta:
-    """What a write changes: live chunks per label, and their total length."""
+    """What a write changes: live chunks per label, and their total length per label."""
 
     def __init__(self) -> None:
         self.labels: Counter[str] = Counter()
-        self.length = 0
+        self.lengths: Counter[str] = Counter()
 
     def update(self, label: str, chunks: int, length: int = 0) -> None:
-        """Count chunks added (positive) or removed (negative) under a label."""
+        """Count chunks (and their tokens) added (positive) or removed (negative) under a label."""
         self.labels[label] += chunks
-        self.length += length
+        self.lengths[label] += length
 
 
 def _one(cur: Cursor) -> Any:

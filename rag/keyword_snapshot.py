@@ -9,8 +9,10 @@ the corpus:
   slots: a full load builds one base segment, each write appends a small one for the chunks it adds.
 - Deleting or replacing a chunk clears its slot in `alive` (a tombstone); its postings stay until compaction.
 - idf and the length norm are computed per query from the live postings of the query's terms, the live chunk count
-  and their total length, so a write never touches other chunks' scores (bm25s bakes idf into its matrix, which is why
-  it cannot be updated in place). Scores equal bm25s's Lucene variant over the live chunks.
+  and their total length — all over the chunks the caller may see, so that no score betrays a hidden chunk (a word
+  that exists only in another group's document changes nothing) — and a write never touches other chunks' scores
+  (bm25s bakes idf into its matrix, which is why it cannot be updated in place). Scores equal bm25s's Lucene variant
+  over the visible live chunks.
 - Compaction is numpy only (postings are merged, never tokenized again): trailing segments merge while the older one
   is at most twice the newer (a binary counter: O(log n) segments, each posting merged O(log n) times), and the whole
   index is rebuilt without dead slots when tombstones reach a quarter of the slots or the tail outgrows the base.
@@ -139,39 +141,61 @@ class Snapshot:
         segment = self.segments[bisect.bisect_right(self.starts, slot) - 1]
         return segment.ids[slot - segment.start]
 
-    def idf(self, df: int) -> float:
-        """Lucene's idf over the live chunks (df 0: a term no chunk holds, the highest idf)."""
-        return math.log(1 + (self.live - df + 0.5) / (df + 0.5))
+    def visible(self, admits: Callable[[str], bool] | None) -> Bools | None:
+        """Per slot: live and let through by `admits`; None when that is every live chunk (no filter needed)."""
+        if admits is None:
+            return None
+        verdicts = self.verdicts(admits)
+        if verdicts.all():
+            return None
+        return self.alive & verdicts[self.codes]
 
-    def _live_postings(self, term: str) -> list[tuple[Ints, npt.NDArray[np.float32]]]:
+    def _postings(self, term: str, visible: Bools | None) -> list[tuple[Ints, npt.NDArray[np.float32]]]:
         found = [p for p in (segment.postings(term) for segment in self.segments) if p is not None]
-        if self.live == len(self.alive):  # no tombstones: nothing to filter
+        keep_only = self.alive if visible is None else visible
+        if visible is None and self.live == len(self.alive):  # no tombstones: nothing to filter
             return found
-        return [(docs[keep], tfs[keep]) for docs, tfs in found for keep in (self.alive[docs],)]
+        return [(docs[keep], tfs[keep]) for docs, tfs in found for keep in (keep_only[docs],)]
 
-    def scores(self, terms: Sequence[str]) -> tuple[Floats, float]:
+    def _stats(self, visible: Bools | None) -> tuple[int, int]:
+        """The chunk count and total length that idf and the length norm see: over what the caller may see, so
+        that a score says nothing about chunks hidden from them."""
+        if visible is None:
+            return self.live, self.total_length
+        return int(np.count_nonzero(visible)), int(self.lengths[visible].sum(dtype=np.int64))
+
+    def scores(self, terms: Sequence[str], visible: Bools | None = None) -> tuple[Floats, float]:
         """BM25 (Lucene) of every slot for the query terms (a repeated term counts again, as in bm25s), and the
-        query's ceiling (see `ceiling`)."""
+        query's ceiling (see `ceiling`), with statistics over the `visible` slots (all live ones when None);
+        slots outside it score 0."""
         # Each term's share is computed in float64 and summed in float32, as bm25s does: half the memory to rank.
         scores, ceiling = np.zeros(len(self.alive), dtype=np.float32), 0.0
-        if not self.live:
-            return scores, self.ceiling(terms)
-        flat, per_length = K1 * (1 - B), K1 * B * self.live / self.total_length
+        live, total_length = self._stats(visible)
+        if not live:
+            return scores, self.ceiling(terms, visible)
+        flat, per_length = K1 * (1 - B), K1 * B * live / max(total_length, 1)
         for term in terms:
-            postings = self._live_postings(term)
-            idf = self.idf(sum(len(docs) for docs, _ in postings))
+            postings = self._postings(term, visible)
+            idf = _idf(live, sum(len(docs) for docs, _ in postings))
             ceiling += idf
             for docs, tfs in postings:  # a slot appears once per segment and term, so += cannot drop a repeat
                 scores[docs] += idf * tfs / (tfs + (flat + per_length * self.lengths[docs]))
         return scores, ceiling or 1.0
 
-    def ceiling(self, terms: Sequence[str]) -> float:
-        """The sum of the terms' idf: the most any chunk could score (terms no chunk holds at the highest idf)."""
-        return sum(self.idf(sum(len(docs) for docs, _ in self._live_postings(term))) for term in terms) or 1.0
+    def ceiling(self, terms: Sequence[str], visible: Bools | None = None) -> float:
+        """The sum of the terms' idf over the visible slots: the most any chunk could score (terms no visible chunk
+        holds at the highest idf)."""
+        live, _ = self._stats(visible)
+        return sum(_idf(live, sum(len(docs) for docs, _ in self._postings(term, visible))) for term in terms) or 1.0
 
     def verdicts(self, admits: Callable[[str], bool]) -> Bools:
         """Per label: whether `admits` lets it through."""
         return np.fromiter((admits(label) for label in self.labels), dtype=np.bool_, count=len(self.labels))
+
+
+def _idf(live: int, df: int) -> float:
+    """Lucene's idf among `live` chunks (df 0: a term no chunk holds, the highest idf)."""
+    return math.log(1 + (live - df + 0.5) / (df + 0.5))
 
 
 def load(revision: int, rows: Sequence[Upsert]) -> Snapshot:

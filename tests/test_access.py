@@ -224,3 +224,28 @@ def test_the_unfiltered_look_ahead_gives_the_filtered_query_s_answer(docs: Path,
     assert len(index.dense.search(query, 4, where, admits, 5, likely)) == 4  # too few: the filtered query
     assert not leaks(" ".join(h.text for h in index.dense.search(query, 4, where, admits, 6, lambda _: True)))
     assert (overfetch_for(20, 0.19), overfetch_for(20, 1.0), overfetch_for(20, 0.005)) == (211, 200, 0)
+
+
+@STORE_MODES
+def test_scores_a_reader_gets_do_not_tell_whether_a_word_exists_in_hidden_documents(
+        docs: Path, write: Write, settings: Settings, embedder: CountingEmbedder) -> None:
+    """The BM25 oracle through `/v1/ask`: eng asks about a word that only an hr document may hold; the public
+    source's score must be the same whether that document holds the word or not."""
+    write_corpus(docs)
+    local = settings.model_copy(update={"api_keys": f"{KEYS['eng']}:eng", "refusal_threshold": 0.0})
+    llm = FakeLLMServer(lambda _: "The office opens at 8:00 [1].").llm()
+    question = {"question": "When does the office open for the zyzzyva project?"}
+
+    def scores() -> dict[str, float]:
+        service.sync([docs], local, embedder=embedder)
+        with TestClient(create_app(local, build_services(local, embedder=embedder, llm=llm))) as client:
+            body = client.post("/v1/ask", json=question, headers={"Authorization": f"Bearer {KEYS['eng']}"}).json()
+        return {source["source"]: source["score"] for source in body["sources"]}
+
+    write("hr/plans.md", "# Plans\nThe restructuring plan is called zyzzyva; zyzzyva starts in May.\n")
+    write("hr/plans.md.meta.yaml", "groups: [hr]\n")
+    present = scores()
+    write("hr/plans.md", "# Plans\nThe restructuring plan has no name yet; it starts in May.\n")
+    absent = scores()
+    assert "public/hours.md" in present and not any(source.startswith("hr/") for source in present)
+    assert present == absent

@@ -141,6 +141,37 @@ def test_access_is_filtered_inside_the_query(pg: PgKeywordIndex, db_url: str) ->
     other.close()
 
 
+@pytest.mark.parametrize("backend", ["embedded", "postgres"])
+def test_a_reader_s_scores_say_nothing_about_chunks_hidden_from_them(backend: str, tmp_path: Path,
+                                                                   db_url: str) -> None:
+    """The oracle: a public chunk's score for "canteen zyzzyva" must not change with whether "zyzzyva" (or any
+    text at all) exists in documents the reader may not see. A reader's scores equal those of an index holding
+    only what they may see; through relabels and deletes too."""
+    public = [Chunk("menu", "The canteen serves lunch from noon; the canteen closes at three.", "m.md", "m", "", 0),
+              Chunk("hours", "The office opens at eight and closes at six.", "h.md", "h", "", 0)]
+    hidden = [Chunk("hr-1", "Zyzzyva is the code name of the 2027 restructuring plan.", "hr.md", "hr", "", 0,
+                    access=HR),
+              Chunk("hr-2", " ".join(["salary band payroll"] * 40), "hr2.md", "hr2", "", 0, access=HR)]
+
+    def index(name: str) -> KeywordIndex | PgKeywordIndex:
+        return KeywordIndex(tmp_path / f"{name}.sqlite3") if backend == "embedded" else PgKeywordIndex(db_url, name)
+
+    eng = functools.partial(AccessPolicy().label_allows, ENG_READER)
+    with_hidden, alone = index("with-hidden"), index("alone")
+    with_hidden.add(public + hidden)
+    alone.add(public)
+    for query in ("canteen zyzzyva", "canteen", "zyzzyva", "office canteen payroll"):
+        assert scores(with_hidden, query, eng) == scores(alone, query, eng) == scores(alone, query), query
+    assert with_hidden.query_ceiling(["canteen", "zyzzyva"], eng) == alone.query_ceiling(["canteen", "zyzzyva"])
+    with_hidden.set_access(["hr-1"], DocAccess())  # now public: it counts
+    alone.add([replace(hidden[0], access=DocAccess())])
+    assert scores(with_hidden, "canteen zyzzyva", eng) == scores(alone, "canteen zyzzyva", eng)
+    with_hidden.delete(["hr-1"])
+    alone.delete(["hr-1"])
+    assert scores(with_hidden, "canteen zyzzyva", eng) == scores(alone, "canteen zyzzyva", eng)
+    assert scores(with_hidden, "canteen payroll") != scores(with_hidden, "canteen payroll", eng)  # hr sees more
+
+
 def test_a_label_the_index_does_not_know_reads_as_locked(pg: PgKeywordIndex) -> None:
     pg.add([Chunk("odd", "payroll", "o.md", "o", "", 0, access=DocAccess(("hr",)))])
     with pg._write() as (cur, _):  # a row written by something else, with a label no DocAccess makes

@@ -125,4 +125,4 @@ def test_a_sidecar_swapped_for_a_link_out_locks_its_document(docs: Path, setting
     store = build_store(settings)
     metas = store.dense._collection.get(include=["metadatas"])["metadatas"] or []
     assert metas and all(meta["source"] == "board.txt" for meta in metas)
-    assert all(DocAccess.from_metadata(meta).locked for meta in metas), metas
+    assert all(DocAccess.from_metadata(dict(meta)).locked for meta in metas), metas
