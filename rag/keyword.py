@@ -225,7 +225,7 @@ class KeywordIndex:
         chosen = set(top)
         top += [i for i in map(snapshot.slot, include) if i is not None and i not in chosen]
         if visible is not None:  # ids the caller named are checked too: nothing invisible leaves this method
-            top = [i for i in top if visible[i]]
+            top = [i for i in top if visible.mask[i]]
         return [KeywordHit(snapshot.chunk_id(i), float(scores[i]), float(scores[i]) / ceiling) for i in top]
 
     def query_ceiling(self, terms: Sequence[str], admits: Admits | None = None) -> float:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any, TypeVar
 
@@ -107,6 +107,15 @@ def merge(segments: Sequence[Segment], alive: Bools, remap: Ints | None, start: 
     return Segment(start, ids, {term: i for i, term in enumerate(kept)}, offsets, docs.astype(np.int32), tfs)
 
 
+@dataclass(frozen=True, slots=True)
+class View:
+    """The slots one caller may see (live and admitted) and what BM25's statistics need of them."""
+
+    mask: Bools
+    live: int
+    total_length: int
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Snapshot:
     """Everything one search needs, never changed after it is built (its arrays are read-only)."""
@@ -123,6 +132,9 @@ class Snapshot:
     total_length: int  # of the live chunks
     counts: tuple[int, ...]  # live chunks per label
     starts: tuple[int, ...]  # each segment's first slot
+    # Visible slots and their statistics per set of admitted labels: a reader's next query reuses them (the only
+    # state that changes after build; a lost race computes the same value twice).
+    views: dict[bytes, View] = field(default_factory=dict)
 
     @classmethod
     def empty(cls, revision: int) -> Snapshot:
@@ -141,30 +153,35 @@ class Snapshot:
         segment = self.segments[bisect.bisect_right(self.starts, slot) - 1]
         return segment.ids[slot - segment.start]
 
-    def visible(self, admits: Callable[[str], bool] | None) -> Bools | None:
-        """Per slot: live and let through by `admits`; None when that is every live chunk (no filter needed)."""
+    def visible(self, admits: Callable[[str], bool] | None) -> View | None:
+        """The live slots `admits` lets through, with their count and length; None when that is every live chunk
+        (no filter needed)."""
         if admits is None:
             return None
         verdicts = self.verdicts(admits)
         if verdicts.all():
             return None
-        return self.alive & verdicts[self.codes]
+        key = verdicts.tobytes()
+        view = self.views.get(key)
+        if view is None:
+            mask = _frozen(self.alive & verdicts[self.codes])
+            view = View(mask, int(np.count_nonzero(mask)), int(self.lengths[mask].sum(dtype=np.int64)))
+            self.views[key] = view
+        return view
 
-    def _postings(self, term: str, visible: Bools | None) -> list[tuple[Ints, npt.NDArray[np.float32]]]:
+    def _postings(self, term: str, visible: View | None) -> list[tuple[Ints, npt.NDArray[np.float32]]]:
         found = [p for p in (segment.postings(term) for segment in self.segments) if p is not None]
-        keep_only = self.alive if visible is None else visible
+        keep_only = self.alive if visible is None else visible.mask
         if visible is None and self.live == len(self.alive):  # no tombstones: nothing to filter
             return found
         return [(docs[keep], tfs[keep]) for docs, tfs in found for keep in (keep_only[docs],)]
 
-    def _stats(self, visible: Bools | None) -> tuple[int, int]:
+    def _stats(self, visible: View | None) -> tuple[int, int]:
         """The chunk count and total length that idf and the length norm see: over what the caller may see, so
         that a score says nothing about chunks hidden from them."""
-        if visible is None:
-            return self.live, self.total_length
-        return int(np.count_nonzero(visible)), int(self.lengths[visible].sum(dtype=np.int64))
+        return (self.live, self.total_length) if visible is None else (visible.live, visible.total_length)
 
-    def scores(self, terms: Sequence[str], visible: Bools | None = None) -> tuple[Floats, float]:
+    def scores(self, terms: Sequence[str], visible: View | None = None) -> tuple[Floats, float]:
         """BM25 (Lucene) of every slot for the query terms (a repeated term counts again, as in bm25s), and the
         query's ceiling (see `ceiling`), with statistics over the `visible` slots (all live ones when None);
         slots outside it score 0."""
@@ -182,7 +199,7 @@ class Snapshot:
                 scores[docs] += idf * tfs / (tfs + (flat + per_length * self.lengths[docs]))
         return scores, ceiling or 1.0
 
-    def ceiling(self, terms: Sequence[str], visible: Bools | None = None) -> float:
+    def ceiling(self, terms: Sequence[str], visible: View | None = None) -> float:
         """The sum of the terms' idf over the visible slots: the most any chunk could score (terms no visible chunk
         holds at the highest idf)."""
         live, _ = self._stats(visible)
