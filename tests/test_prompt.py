@@ -140,3 +140,10 @@ def test_repetition_penalty_is_sent_only_when_set() -> None:
     server.llm().complete([{"role": "user", "content": "hi"}])
     assert server.requests[0]["repetition_penalty"] == 1.1
     assert "repetition_penalty" not in server.requests[1]  # plain OpenAI-compatible servers reject unknown fields
+
+
+def test_the_system_prompt_ends_with_one_worked_answer() -> None:
+    assert SYSTEM_PROMPT.endswith(
+        "The question comes last.\n\nExample. Excerpt [1] says: \"To install a package, run apt install followed by "
+        "the package name. Root rights are needed.\" Question: How do I install a package? Good answer: Run apt "
+        "install followed by the package name; this needs root rights [1].")
