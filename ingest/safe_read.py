@@ -31,12 +31,6 @@ class UnsafeFile(OSError):
 Identity = tuple[int, int]  # (st_dev, st_ino)
 
 
-def identity(path: Path) -> Identity:
-    """Device and inode of the file a path resolves to (links followed), as the scan records them."""
-    found = path.stat()
-    return found.st_dev, found.st_ino
-
-
 @contextmanager
 def open_inside(root: Path, path: Path, expected: Identity | None = None) -> Iterator[BinaryIO]:
     """The file at path, opened for reading only if it resolves inside root, no component of the resolved path is

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from typing import Any
 
 import httpx
@@ -41,7 +42,8 @@ def corpus_settings(tmp_path_factory: pytest.TempPathFactory, llm_settings: Sett
         yield settings, sink
 
 
-def _api(settings: Settings, embedder: object) -> Any:
+def _api(settings: Settings, embedder: object) -> AbstractContextManager[str]:
+    """The API over the corpus' index, served on a free port."""
     return serving(create_app(settings, build_services(settings, embedder=embedder)))  # type: ignore[arg-type]
 
 
