@@ -17,6 +17,7 @@ from rich.table import Table
 from ingest import service
 from ingest.pipeline import Plan, Report
 from ingest.reembed import reembed as reembed_collection
+from ingest.terminal import plain
 from ingest.watch import Stopped, Watcher
 from rag.config import Settings, load_settings
 from rag.errors import RagError
@@ -39,7 +40,7 @@ class BarProgress:
     def file_done(self, source: str, error: str | None) -> None:
         self.bars.advance(self._files)
         if error:
-            self._console.print(f"[red]failed[/red] {source}: {error}", highlight=False, soft_wrap=True)
+            self._console.print(f"[red]failed[/red] {plain(source)}: {plain(error)}", highlight=False, soft_wrap=True)
 
     def chunks_added(self, n: int) -> None:
         total = self.bars.tasks[self._chunks].total or 0
@@ -54,11 +55,11 @@ def _plan_table(plan: Plan) -> Table:
     table.add_column("action")
     table.add_column("file")
     for task in (*plan.tasks, *plan.regroups):
-        table.add_row(task.action, task.found.source)
+        table.add_row(task.action, plain(task.found.source))
     for entry in plan.deletions:
-        table.add_row("delete", entry.source)
+        table.add_row("delete", plain(entry.source))
     for source, error in sorted(plan.failed.items()):
-        table.add_row("fail", f"{source}: {error}")
+        table.add_row("fail", plain(f"{source}: {error}"))
     table.caption = f"{len(plan.unchanged)} unchanged, {len(plan.skipped)} skipped (unsupported type)"
     return table
 
@@ -106,7 +107,7 @@ def main(paths: tuple[Path, ...], dry_run: bool, as_json: bool, no_prune: bool, 
                 sys.exit(_watch(Watcher(paths, settings, console, prune=not no_prune)))
             report = _run(paths, settings, console, as_json, dry_run=dry_run, prune=not no_prune, reembed=reembed)
         except RagError as exc:
-            Console(stderr=True).print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+            Console(stderr=True).print(f"[red]error:[/red] {plain(exc)}", highlight=False, soft_wrap=True)
             sys.exit(2)
     if report is not None:
         _print_report(report, console, as_json)
@@ -152,7 +153,8 @@ def _watch(watcher: Watcher) -> int:
             with progress.bars:
                 report = watcher.sync(progress)[1]
             _print_report(report, console, False)
-            console.print(f"watching {', '.join(map(str, watcher.paths))} (Ctrl-C or SIGTERM stops)", highlight=False)
+            folders = plain(", ".join(map(str, watcher.paths)))
+            console.print(f"watching {folders} (Ctrl-C or SIGTERM stops)", highlight=False)
             watcher.run()
         except Stopped:
             console.print("stopped before this sync ended: what it stored stays; the rest is synced at the next start",
@@ -171,7 +173,7 @@ def _run_reembed(settings: Settings, console: Console, as_json: bool) -> None:
                   f"({done.source_model}) into {done.generation!r} ({settings.embed_model}); processes started "
                   f"with RAG_EMBED_MODEL={settings.embed_model} now use it. {done.kept!r} is kept for servers still "
                   "running with the old model (restart them) until the next re-embed."
-                  + (f" Dropped: {', '.join(done.dropped)}." if done.dropped else ""), highlight=False)
+                  + (f" Dropped: {', '.join(done.dropped)}." if done.dropped else ""), highlight=False, markup=False)
     if as_json:
         print(json.dumps(asdict(done), ensure_ascii=False))
 
@@ -184,9 +186,10 @@ def _print_plan(plan: Plan, console: Console, as_json: bool) -> None:
 
 def _print_report(report: Report, console: Console, as_json: bool) -> None:
     for source, error in sorted(report.failed.items()):
-        Console(stderr=True).print(f"[red]failed[/red] {source}: {error}", highlight=False, soft_wrap=True)
+        Console(stderr=True).print(f"[red]failed[/red] {plain(source)}: {plain(error)}", highlight=False,
+                                   soft_wrap=True)
     for source in sorted(report.locked):
-        Console(stderr=True).print(f"[yellow]locked[/yellow] {source}: its access groups cannot be read; only "
+        Console(stderr=True).print(f"[yellow]locked[/yellow] {plain(source)}: its access groups cannot be read; only "
                                    "principals holding every group (`*`) see it until they are fixed",
                                    highlight=False, soft_wrap=True)
     console.print(_summary_table(report))

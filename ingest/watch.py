@@ -19,6 +19,7 @@ from ingest import service
 from ingest.parse import SIDECAR_SUFFIX, is_supported
 from ingest.pipeline import NoProgress, Plan, Progress, Report
 from ingest.scan import is_temporary
+from ingest.terminal import plain
 from rag.config import Settings
 from rag.embedder import Embedder
 from rag.errors import IngestBusy, RagError
@@ -146,7 +147,7 @@ class Watcher:
         lines += _listed("[cyan]~[/cyan]", [task.found.source for task in stored if task.action == "update"])
         lines += _listed("[cyan]=[/cyan]", [task.found.source for task in plan.regroups] if report.regrouped else [])
         lines += _listed("[red]-[/red]", [entry.source for entry in plan.deletions])
-        lines += [f"[red]failed[/red] {source}: {error}" for source, error in sorted(failed.items())]
+        lines += [f"[red]failed[/red] {plain(source)}: {plain(error)}" for source, error in sorted(failed.items())]
         if not lines and not report.regrouped:
             return
         for line in lines:
@@ -170,7 +171,7 @@ class Watcher:
                     if self.stop.is_set():
                         raise Stopped from None
                     if not told:
-                        self.console.print(f"[yellow]waiting[/yellow]: {busy.args[0].split('; ')[0]}; syncing "
+                        self.console.print(f"[yellow]waiting[/yellow]: {plain(busy.args[0].split('; ')[0])}; syncing "
                                            "when it ends", highlight=False, soft_wrap=True)
                         told = True
                     continue
@@ -201,7 +202,7 @@ class Watcher:
 def _listed(mark: str, sources: list[str]) -> list[str]:
     """One line per file, the first LISTED of them (a large copy is not a page of names)."""
     more = [f"{mark} … and {len(sources) - LISTED} more"] if len(sources) > LISTED else []
-    return [f"{mark} {source}" for source in sources[:LISTED]] + more
+    return [f"{mark} {plain(source)}" for source in sources[:LISTED]] + more
 
 
 class _Both(NoProgress):

@@ -9,6 +9,7 @@ import json
 import re
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -245,15 +246,18 @@ def recheck(answer: Answer) -> int:
 
 def evaluate_answers(cases: Sequence[Case], ask: Callable[[str], Answer],
                      recheck: Callable[[Answer], int] = recheck,
-                     seen: Callable[[Case, Answer], None] | None = None) -> dict[str, dict[str, float | int | None]]:
-    """Ask every question and report the answer metrics per language ("en", "zh"); `seen` gets each answer."""
+                     seen: Callable[[Case, Answer], None] | None = None,
+                     parallel: int = 1) -> dict[str, dict[str, float | int | None]]:
+    """Ask every question and report the answer metrics per language ("en", "zh"); `seen` gets each answer.
+    With `parallel` > 1 that many questions are in flight at once (the server batches them); tallied in order."""
     tallies: dict[str, AnswerTally] = {}
-    for case in cases:
-        tally = tallies.setdefault(question_language(case.question), AnswerTally())
-        answer = ask(case.question)
-        tally_answer(tally, case, answer, recheck)
-        if seen is not None:
-            seen(case, answer)
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        answers = pool.map(ask, [case.question for case in cases])
+        for case, answer in zip(cases, answers, strict=True):
+            tally = tallies.setdefault(question_language(case.question), AnswerTally())
+            tally_answer(tally, case, answer, recheck)
+            if seen is not None:
+                seen(case, answer)
     return {language: tally.metrics() for language, tally in sorted(tallies.items())}
 
 

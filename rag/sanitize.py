@@ -27,6 +27,7 @@ INVISIBLE = re.compile(
     "\x00-\x08\x0e-\x1f\x7f-\x9f]"
 )
 _BREAKS = re.compile("[\x0b\x0c]")
+_TERMINAL_MOVES = re.compile("[\x0b\x0c\r]")  # kept by INVISIBLE (they break lines), but they move a cursor
 
 
 def _nested(levels: int) -> str:
@@ -72,6 +73,12 @@ _LIVE_SCHEMES = frozenset({"http", "https"})
 _TEMPLATE = re.compile(r"<\|([^|<>\n]{0,40})\|>|<(/?(?:s|unk|pad|bos|eos|start_of_turn|end_of_turn|repo_?name|file_sep|"
                        r"filename|gh_stars|issue_\w{1,12}|jupyter_\w{1,12}|empty_output|fim_\w{1,12}))>|"
                        r"\[(/?INST)\]|<<(/?SYS)>>", re.IGNORECASE)
+
+
+def printable(text: str) -> str:
+    """The text as a terminal may show it: control and invisible characters (escape sequences, OSC 8 links,
+    carriage returns, bidi overrides) each replaced by U+FFFD, so that they are seen and never obeyed."""
+    return INVISIBLE.sub("\ufffd", _TERMINAL_MOVES.sub("\ufffd", text.replace("\r\n", "\n")))
 
 
 def strip_invisible(text: str) -> str:

@@ -250,3 +250,20 @@ def test_only_changes_that_can_alter_the_index_count(tmp_path: Path) -> None:
     assert not relevant(Change.deleted, str(tmp_path / "sub" / ".hidden" / "b.md"))
     assert not relevant(Change.modified, str(tmp_path / "a.md.swp"))
     assert not relevant(Change.modified, str(index_dir / "manifest.sqlite3"))
+
+
+def test_a_file_whose_error_looks_like_markup_does_not_stop_the_watcher(
+        settings: Settings, docs: Path, watching: Callable[[], Watching]) -> None:
+    """Its YAML error quotes the offending line, `[/x]` and all: printed as text, and the restriction that came in
+    the same burst is applied."""
+    (docs / "alpha.md").write_text(_doc("alpha"))
+    watcher = watching()
+    watcher.wait_for("watching")
+    (docs / "bad.md").write_text('---\ntitle: "Leave" [/x] b"\n---\n# Leave\nStaff get 25 days.\n')
+    (docs / "alpha.md.meta.yaml").write_text("groups: [hr]\n")
+    watcher.wait_for("failed bad.md: invalid YAML front matter")
+    _until(lambda: _label(settings, "alpha.md") is not None and "hr" in str(_label(settings, "alpha.md")), 30,
+           lambda: f"alpha.md is still {_label(settings, 'alpha.md')}:\n{watcher.output}")
+    assert '[/x] b"' in watcher.output and "MarkupError" not in watcher.output
+    assert watcher.process.poll() is None
+    assert watcher.stop(signal.SIGTERM) == 0, watcher.output

@@ -15,10 +15,12 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from ingest.terminal import plain
 from rag.access import LOCAL_OPERATOR, Principal, parse_grant
 from rag.answer import Answer, Done, QueryEngine, Token
 from rag.config import Settings, is_loopback, load_settings
 from rag.evaluate import Case, answer_record, evaluate, evaluate_answers, load_cases
+from rag.sanitize import printable
 from rag.types import Hit
 from rag.wiring import (
     build_engine,
@@ -94,7 +96,7 @@ def ask(question: str, k: int | None, as_json: bool, groups: str | None) -> None
 def _stream(events: Iterator[object], write: Callable[[str], object]) -> Answer:
     for event in events:
         if isinstance(event, Token):
-            write(event.text)
+            write(printable(event.text))  # document text: no escape sequence reaches the terminal
             sys.stdout.flush()
         elif isinstance(event, Done):
             write("\n")
@@ -115,7 +117,7 @@ def _print_sources(answer: Answer) -> None:
         console.print("[yellow]Not in the documents.[/yellow] Try rephrasing, or ask the helpdesk.")
     elif answer.mode == "extracted":
         why = _FALLBACKS.get(answer.fallback, answer.fallback)
-        console.print(f"[yellow]Quoted from the documents[/yellow] ({why}).")
+        console.print(f"[yellow]Quoted from the documents[/yellow] ({plain(why)}).")
     elif answer.withheld:
         console.print(f"[yellow]{len(answer.withheld)} sentence(s) of the model's answer were withheld: the "
                       "documents do not support them.[/yellow]")
@@ -123,7 +125,7 @@ def _print_sources(answer: Answer) -> None:
         hit = source.hit
         where = hit.source + (f", page {hit.page}" if hit.page is not None else "")
         mark = "" if source.cited else " [dim](not cited)[/dim]"
-        console.print(f"[{source.n}] {where}  [dim]score {hit.score:.2f}[/dim]{mark}")
+        console.print(f"\\[{source.n}] {plain(where)}  [dim]score {hit.score:.2f}[/dim]{mark}")
 
 
 @main.command("eval")
@@ -136,9 +138,11 @@ def _print_sources(answer: Answer) -> None:
               help="Only that half of the cases (a line's \"split\", else even lines tune, odd lines test).")
 @click.option("--dump", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="With --answers: write each question's answer to this JSONL file (to read them).")
+@click.option("--parallel", type=click.IntRange(1, 16), default=1, show_default=True,
+              help="With --answers: questions in flight at once.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
 def eval_command(cases_file: Path, k: int, mode: str | None, answers: bool, split: str | None, dump: Path | None,
-                 as_json: bool) -> None:
+                 parallel: int, as_json: bool) -> None:
     """Measure retrieval on CASES_FILE (JSONL: question, expected_source|expected_text, answerable)."""
     with errors():
         settings = load_settings()
@@ -153,24 +157,24 @@ def eval_command(cases_file: Path, k: int, mode: str | None, answers: bool, spli
         body = report.as_json() | {"mode": retriever.mode, "k": k, "thresholds": {
             "en": settings.tuning.refusal_threshold, "cjk": settings.tuning.refusal_threshold_cjk}}
         if answers:
-            body["answers"] = _answer_checks(cases, engine, dump)
+            body["answers"] = _answer_checks(cases, engine, dump, parallel)
     if as_json:
         print(json.dumps(body, ensure_ascii=False))
     else:
         Console().print(_eval_table(body, k))
 
 
-def _answer_checks(cases: list[Case], engine: QueryEngine,
-                   dump: Path | None) -> dict[str, dict[str, float | int | None]]:
+def _answer_checks(cases: list[Case], engine: QueryEngine, dump: Path | None,
+                   parallel: int) -> dict[str, dict[str, float | int | None]]:
     ask = functools.partial(engine.ask, principal=LOCAL_OPERATOR)
     if dump is None:
-        return evaluate_answers(cases, ask)
+        return evaluate_answers(cases, ask, parallel=parallel)
     with dump.open("w", encoding="utf-8") as out:
         def write(case: Case, answer: Answer) -> None:
             out.write(json.dumps(answer_record(case, answer), ensure_ascii=False) + "\n")
             out.flush()
 
-        return evaluate_answers(cases, ask, seen=write)
+        return evaluate_answers(cases, ask, seen=write, parallel=parallel)
 
 
 def _eval_table(body: dict[str, Any], k: int) -> Table:
@@ -269,8 +273,8 @@ def feedback(limit: int, as_json: bool) -> None:
     for column in ("when", "user", "rating", "question", "answer", "comment"):
         table.add_column(column, overflow="fold")
     for rating in ratings:
-        table.add_row(rating.created_at, rating.user, "👍" if rating.rating > 0 else "👎", rating.question,
-                      rating.answer[:300], rating.comment)
+        table.add_row(plain(rating.created_at), plain(rating.user), "👍" if rating.rating > 0 else "👎",
+                      plain(rating.question), plain(rating.answer[:300]), plain(rating.comment))
     Console().print(table)
 
 
@@ -283,5 +287,6 @@ def _hits_table(hits: list[Hit]) -> Table:
     for column in ("#", "source", "page", "score", "text"):
         table.add_column(column, overflow="fold")
     for n, hit in enumerate(hits, start=1):
-        table.add_row(str(n), hit.source, "" if hit.page is None else str(hit.page), f"{hit.score:.3f}", hit.text)
+        table.add_row(str(n), plain(hit.source), "" if hit.page is None else str(hit.page), f"{hit.score:.3f}",
+                      plain(hit.text))
     return table

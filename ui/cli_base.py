@@ -9,6 +9,7 @@ from typing import NoReturn
 
 from rich.console import Console
 
+from ingest.terminal import plain
 from rag.errors import EmptyIndex, LLMUnavailable, RagError
 
 EXIT_USAGE, EXIT_LLM = 2, 3
@@ -17,7 +18,7 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 def fail(message: str, code: int) -> NoReturn:
     """Print an error and exit with code."""
-    err.print(f"[red]error:[/red] {message}")
+    err.print(f"[red]error:[/red] {plain(message)}")  # messages name files and quote their lines
     sys.exit(code)
 
 

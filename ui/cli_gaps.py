@@ -7,9 +7,9 @@ from datetime import datetime
 
 import click
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
+from ingest.terminal import plain
 from rag.config import load_settings
 from rag.errors import RagError
 from rag.gaps import GapReport, find_gaps, parse_since, since_iso
@@ -72,9 +72,9 @@ def gaps_table(report: GapReport) -> Table:
         table.add_column(column, overflow="fold", **options)
     for n, topic in enumerate(report.topics, start=1):
         # Questions are what people typed: shown as text, never read as rich markup.
-        label = escape(topic.label) + (f"\n[dim]{escape(', '.join(topic.keywords))}[/dim]" if topic.keywords else "")
+        label = plain(topic.label) + (f"\n[dim]{plain(', '.join(topic.keywords))}[/dim]" if topic.keywords else "")
         why = "\n".join(f"{count} {reason.replace('_', '-')}" for reason, count in topic.reasons.items())
-        examples = "\n".join(f"• {escape(example)}" for example in topic.examples[1:]) or "[dim](one question)[/dim]"
+        examples = "\n".join(f"• {plain(example)}" for example in topic.examples[1:]) or "[dim](one question)[/dim]"
         table.add_row(str(n), label, f"{topic.count}\n[dim]{topic.share:.0%}[/dim]", why, examples,
                       topic.last_seen[:16].replace("T", " "))
     if not report.topics:
