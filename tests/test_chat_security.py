@@ -12,6 +12,7 @@ import base64
 import json
 import re
 import secrets
+import socket
 import threading
 import time
 import uuid
@@ -374,3 +375,28 @@ def test_fingerprint_is_keyed_and_names_the_hash(chat: Chat) -> None:
     assert payload["metadata"]["session"] not in user.password_hash
     assert current_user(jwt.encode(payload, "another secret of thirty-two bytes!", algorithm="HS256"),
                         chat.context) is None
+
+
+# --- uploads before sign-in ---
+
+
+def _upload_status(chat: Chat, cookie: str | None) -> int:
+    """Announce a 40 MiB upload, send its first kilobyte, and read the answer: one that comes now was given
+    before the body was read (a server reading it would wait for the rest)."""
+    host, port = chat.url.removeprefix("http://").split(":")
+    head = (f"POST /chat/project/file?session_id={uuid.uuid4()} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+            "Content-Type: multipart/form-data; boundary=b0undary\r\nContent-Length: 41943040\r\n"
+            + (f"Cookie: access_token={cookie}\r\n" if cookie else "") + "\r\n")
+    part = b'--b0undary\r\nContent-Disposition: form-data; name="file"; filename="big.txt"\r\n\r\n' + b"x" * 1024
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(head.encode() + part)
+        status = sock.recv(4096).split(b"\r\n", 1)[0]
+    return int(status.split()[1])
+
+
+def test_a_file_posted_without_a_current_session_is_refused_before_it_is_read(chat: Chat) -> None:
+    """Chainlit parses (and spools to disk) a whole multipart body before it checks the sign-in: the guard answers
+    first, for no session, an ended or forged one, and a reader's."""
+    assert _upload_status(chat, None) == 401
+    assert _upload_status(chat, "ended.or.forged") == 401
+    assert _upload_status(chat, _token(chat, "bob")) == 403

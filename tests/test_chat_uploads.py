@@ -260,8 +260,9 @@ def test_the_guard_refuses_a_readers_upload_before_chainlit_reads_it(chat: Chat)
 
     assert asyncio.run(call("/project/file", _token("alice"))) == 403
     assert asyncio.run(call("/project/file", _token("root"))) == 0  # on to Chainlit
-    assert asyncio.run(call("/project/file", None)) == 0  # Chainlit asks for a sign-in
-    assert reached == ["/chat/project/file", "/chat/project/file"]
+    assert asyncio.run(call("/project/file", None)) == 401  # Chainlit would store the body before asking
+    assert asyncio.run(call("/project/file", "not-a-session")) == 401
+    assert reached == ["/chat/project/file"]
 
 
 def test_chainlits_upload_settings_mirror_ours(chat: Chat, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,8 +8,9 @@ socket, and the sign-in throttle.
 - Other requests: a session that ended is taken out of the request (Chainlit then answers 401 where a sign-in is
   needed, and pages still load so one can sign in again) and its cookie is deleted.
 - `POST /chat/login` goes through the LoginLimiter (ui.chat.login).
-- `POST /chat/project/file` (a file dropped into the chat) is refused before a byte is stored unless the session is
-  an admin's: Chainlit stores any signed-in user's file in the session's folder (ui.chat.uploads).
+- `POST /chat/project/file` (a file dropped into the chat) is refused before a byte is read unless the session is
+  a current admin's: Chainlit stores any signed-in user's file in the session's folder (ui.chat.uploads), and it
+  parses the whole multipart body (up to the upload cap, to disk) before it checks the sign-in at all.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ SOCKET_PREFIX = "/ws/"
 LOGIN_PATH = "/login"
 UPLOAD_PATH = "/project/file"
 ADMINS_ONLY = "Only administrators can add documents to the knowledge base."
+SIGN_IN_FIRST = "Sign in first."
 # Chainlit's session cookie: this name, or name_0, name_1… when the token is split (chainlit.auth.cookie).
 COOKIE_NAME = os.environ.get("CHAINLIT_AUTH_COOKIE_NAME", "access_token")
 
@@ -60,8 +62,8 @@ class ChatGuard:
         if context.settings.ui_auth and posted and route == LOGIN_PATH:
             await self.login(self.app, scope, receive, send)
             return
-        if posted and route == UPLOAD_PATH and not _may_upload(scope, context):
-            await reply(send, 403, ADMINS_ONLY)
+        if posted and route == UPLOAD_PATH and (refusal := _upload_refusal(scope, context)) is not None:
+            await reply(send, *refusal)
             return
         await self.app(scope, receive, send)
 
@@ -98,14 +100,17 @@ def session_token(scope: Scope) -> str | None:
     return token.strip() or None
 
 
-def _may_upload(scope: Scope, context: ChatContext) -> bool:
-    """Whether the request comes from a signed-in admin (without sign-in, everyone is an anonymous reader); a
-    request without a current session goes on to Chainlit, which asks for a sign-in."""
+def _upload_refusal(scope: Scope, context: ChatContext) -> tuple[int, str] | None:
+    """Why an upload is refused before its body is read (status, message); None for a current admin's session.
+    Without sign-in everyone is an anonymous reader; a request without a current session (an ended one was taken
+    out of the request above) is told to sign in."""
     if not context.settings.ui_auth:
-        return False
+        return 403, ADMINS_ONLY
     token = session_token(scope)
-    user = current_user(token, context)
-    return user.principal.is_admin if user is not None else token is None
+    user = current_user(token, context) if token is not None else None
+    if user is None:
+        return 401, SIGN_IN_FIRST
+    return None if user.principal.is_admin else (403, ADMINS_ONLY)
 
 
 def _has_stale_session(scope: Scope, context: ChatContext) -> bool:
