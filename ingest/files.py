@@ -65,6 +65,16 @@ def swap_in(staged: Path, target: Path) -> Swap:
     return swap
 
 
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write a small file (an upload's sidecar) under a hidden name, then rename it into place."""
+    staged = _hidden(UPLOAD, path)
+    try:
+        staged.write_bytes(data)
+        os.replace(staged, path)
+    finally:
+        staged.unlink(missing_ok=True)
+
+
 def move_aside(path: Path) -> Path:
     """Rename a document's file to a hidden name (a sync no longer sees it) before its chunks are deleted; a
     clear error, with nothing changed, when the folder is read-only."""

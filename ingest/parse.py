@@ -51,6 +51,11 @@ def is_supported(path: Path) -> bool:
     return path.suffix.lower() in SUPPORTED and not path.name.endswith(SIDECAR_SUFFIX)
 
 
+def has_front_matter(path: Path) -> bool:
+    """Whether documents of this type may declare their groups in YAML front matter (Markdown)."""
+    return SUPPORTED.get(path.suffix.lower()) is load_markdown
+
+
 def sidecar_of(path: Path) -> Path:
     """The optional metadata file beside a document: NAME.EXT.meta.yaml with `groups: [...]`."""
     return path.with_name(path.name + SIDECAR_SUFFIX)
@@ -136,7 +141,7 @@ def read_access(found: FoundFile, sidecar: bytes | None) -> DocAccess:
     from_sidecar = sidecar_access(sidecar)
     if from_sidecar is not None:
         return from_sidecar
-    if SUPPORTED.get(found.path.suffix.lower()) is not load_markdown:  # the one format with front matter
+    if not has_front_matter(found.path):
         return DocAccess()
     try:
         meta, _ = front_matter(decode_text(read_inside(found.root, found.path, found.identity)))

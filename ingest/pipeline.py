@@ -79,11 +79,13 @@ class NoProgress:
     def chunks_written(self, n: int) -> None: ...
 
 
-def plan_sync(paths: Sequence[Path], manifest: Manifest, max_bytes: int, prune: bool = True) -> Plan:
-    """Compare the files under paths with the manifest: add, update, unchanged, delete, skip, fail."""
+def plan_sync(paths: Sequence[Path], manifest: Manifest, max_bytes: int, prune: bool = True,
+              within: Path | None = None) -> Plan:
+    """Compare the files under paths with the manifest: add, update, unchanged, delete, skip, fail. Files given
+    by name are named relative to `within` (see scan_path)."""
     plan = Plan()
     for path in paths:
-        scan = scan_path(path)
+        scan = scan_path(path, within)
         known = manifest.entries(root=scan.root.as_posix())
         plan.skipped += scan.skipped
         plan.failed.update(scan.failed)

@@ -39,10 +39,13 @@ class Scan:
     failed: dict[str, str] = field(default_factory=dict)
 
 
-def scan_path(path: Path) -> Scan:
-    """Scan a directory recursively (or a single file); a directory root allows pruning."""
+def scan_path(path: Path, within: Path | None = None) -> Scan:
+    """Scan a directory recursively (or a single file: named relative to `within`, the folder that a sync of it
+    would scan, else its own folder); a directory root allows pruning."""
     if path.is_file():
-        root = path.resolve().parent
+        root = (within or path.parent).resolve()
+        if not path.resolve().is_relative_to(root):
+            raise ValueError(f"{path} is not inside {root}")
         scan = Scan(root=root, prune=False)
         _add(scan, path.resolve(), root)
         return scan

@@ -48,19 +48,21 @@ def chunk_spec(settings: Settings, embedder: Embedder) -> ChunkSpec:
 
 def sync(paths: Sequence[Path], settings: Settings, *, prune: bool = True, progress: Progress | None = None,
          embedder: Embedder | None = None, store: Index | None = None, locked: bool = False,
-         what: str = "rag-ingest") -> tuple[Plan, Report]:
+         what: str = "rag-ingest", within: Path | None = None) -> tuple[Plan, Report]:
     """Plan and run a sync of paths under the ingest lock (`locked`: the caller holds it already); the embedder is
-    loaded only when some file needs embedding."""
+    loaded only when some file needs embedding. Files given by name are named relative to `within` (the folder
+    whose syncs would find them), else to their own folder."""
     if not locked:
         with ingest_lock(settings, what):
-            return sync(paths, settings, prune=prune, progress=progress, embedder=embedder, store=store, locked=True)
+            return sync(paths, settings, prune=prune, progress=progress, embedder=embedder, store=store, locked=True,
+                        within=within)
     # A server passes the store it opened at start: its collection, even if a re-embed registered a newer one.
     collection = store.name if store else collection_name(settings)
     with open_manifest(settings, collection) as manifest:
         if manifest.pending():
             store = store or build_store(settings, collection=collection)
             repair_pending(store, manifest)  # before planning: a repaired entry is planned again
-        plan = plan_sync(paths, manifest, settings.max_file_bytes, prune=prune)
+        plan = plan_sync(paths, manifest, settings.max_file_bytes, prune=prune, within=within)
         if plan.tasks:
             warm_parsers()  # the parser server starts while the embedder loads
         store = store or build_store(settings, collection=collection)

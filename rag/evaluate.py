@@ -235,13 +235,18 @@ def language_matches(question: str, answer: Answer) -> bool:
 
 def recheck(answer: Answer) -> int:
     """How many shown sentences a fresh support check accepts against the texts of the listed sources."""
+    return len(answer.shown_sentences) - len(rejected(answer))
+
+
+def rejected(answer: Answer) -> list[str]:
+    """The shown sentences that a fresh support check rejects against the texts of the listed sources."""
     texts = [source.hit.text for source in answer.sources]
     shown = answer.shown_sentences
     # The assistant's own notes where sanitising took a link out ("(link removed: host)") are not the model's words.
     verdicts = [SupportChecker(texts, language_of(s.text) or "en").check(_REMOVED_NOTE.sub("", s.text)) for s in shown]
     # A bare "Yes." is shown only on the strength of the supported sentence after it.
-    return sum(v.supported or (v.reason == "verdict" and i + 1 < len(verdicts) and verdicts[i + 1].supported)
-               for i, v in enumerate(verdicts))
+    return [s.text for i, (s, v) in enumerate(zip(shown, verdicts, strict=True))
+            if not (v.supported or (v.reason == "verdict" and i + 1 < len(verdicts) and verdicts[i + 1].supported))]
 
 
 def evaluate_answers(cases: Sequence[Case], ask: Callable[[str], Answer],
@@ -266,6 +271,6 @@ def answer_record(case: Case, answer: Answer) -> dict[str, object]:
     return {"question": case.question, "answerable": case.answerable, "mode": answer.mode,
             "fallback": answer.fallback, "answer": answer.text,
             "gold_cited": any(s.cited and case.matches(s.hit) for s in answer.sources),
-            "gold_listed": any(case.matches(s.hit) for s in answer.sources),
+            "gold_listed": any(case.matches(s.hit) for s in answer.sources), "rejected_on_recheck": rejected(answer),
             "sources": [f"[{s.n}] {s.hit.source}" + (f" p. {s.hit.page}" if s.hit.page else "")
                         for s in answer.sources]}

@@ -249,3 +249,21 @@ def test_scores_a_reader_gets_do_not_tell_whether_a_word_exists_in_hidden_docume
     absent = scores()
     assert "public/hours.md" in present and not any(source.startswith("hr/") for source in present)
     assert present == absent
+
+
+def test_an_admin_of_some_groups_publishes_to_those_groups_only(client: TestClient) -> None:
+    """The `eng` admin's plain-text upload (no labels of its own) is for eng, in eng's folder, and stays one
+    document through a re-sync of the folder; a file labelled with a group it lacks is refused unstored."""
+    admin, hr = ({"Authorization": f"Bearer {KEYS[name]}"} for name in ("admin", "hr"))
+    text = b"The quokka build server restarts every night at 02:00.\n"
+    done = client.post("/v1/documents", files={"file": ("build.txt", text)}, headers=admin)
+    assert done.status_code == 201, done.text
+    assert (done.json()["source"], done.json()["groups"]) == ("eng/build.txt", ["eng"])
+    found = client.post("/v1/ask", json={"question": "When does the quokka build server restart?"}, headers=hr)
+    assert "eng/build.txt" not in found.text
+    planted = client.post("/v1/documents", files={"file": ("plant.md", b"---\ngroups: [hr]\n---\n# P\nPlanted.\n")},
+                          headers=admin)
+    assert planted.status_code == 403 and "groups you are not in (hr)" in planted.text
+    assert client.post("/v1/sync", headers=admin).status_code == 200
+    listed = [doc["source"] for doc in client.get("/v1/documents", headers=admin).json()]
+    assert listed.count("eng/build.txt") == 1 and "eng/plant.md" not in listed

@@ -199,12 +199,33 @@ def test_a_document_of_the_same_name_is_replaced_only_when_the_admin_says_so(
     assert "31 days" in (chat.docs / "leave.md").read_text() and chat.stored() == ["leave.md"]
 
 
-def test_an_admin_in_another_groups_document_cannot_replace_it(chat: Chat) -> None:
-    """hana administers hr only: root's public document of that name stays (the API's 403)."""
+def test_an_admin_of_some_groups_uploads_into_a_folder_of_its_own_labelled_with_them(chat: Chat) -> None:
+    """hana administers hr only. Her payroll.md does not touch root's finance document of that name: it lands in
+    `hr/`, labelled hr (so staff do not retrieve it), and she cannot label a document with groups she lacks."""
     _drop(chat, "root", [("payroll.md", b"---\ngroups: [finance]\n---\n# Payroll\n\nFinance only.\n")])
-    _drop(chat, "hana", [("payroll.md", b"# Payroll\n\nReplaced by hr.\n")])
-    assert chat.texts()[1] == "⚠️ `payroll.md` was not added: payroll.md exists and belongs to groups you are not in"
+    _drop(chat, "hana", [("payroll.md", b"# Payroll\n\nPayroll questions go to the hr team quokka desk.\n")])
     assert "Finance only" in (chat.docs / "payroll.md").read_text()
+    assert (chat.docs / "hr" / "payroll.md.meta.yaml").read_text() == "groups: [hr]\n"
+    assert chat.sources("payroll quokka desk", "hana")[0] == "hr/payroll.md"
+    assert "hr/payroll.md" not in chat.sources("payroll quokka desk", "alice")  # staff: not in hr
+    _drop(chat, "hana", [("budget.md", b"---\ngroups: [finance]\n---\n# Budget\n\nPlanted.\n")])
+    assert chat.texts()[-1].startswith("⚠️ `budget.md` was not added: budget.md is labelled with groups you are "
+                                       "not in (finance)")
+    assert not (chat.docs / "hr" / "budget.md").exists() and not (chat.docs / "hr" / "budget.md.meta.yaml").exists()
+
+
+def test_a_name_the_admin_may_not_see_gets_the_answer_of_one_it_may(chat: Chat) -> None:
+    """A finance document that root put into hr's folder: hana's upload of that name, replace or not, is told
+    exactly what an existing hr document without replace tells her, nothing about its groups."""
+    (chat.docs / "hr").mkdir()
+    (chat.docs / "hr" / "secret.md").write_text("---\ngroups: [finance]\n---\n# Secret\n\nFinance only.\n")
+    (chat.docs / "hr" / "mine.md").write_text("---\ngroups: [hr]\n---\n# Mine\n\nHr only.\n")
+    service.sync([chat.docs], chat.services.settings, embedder=chat.services.embedder, store=chat.services.store)
+    _drop(chat, "hana", [("secret.md", b"# Secret\n\nReplaced.\n"), ("mine.md", b"# Mine\n\nAgain.\n")])
+    hidden, visible = chat.texts()[-2:]
+    assert hidden.replace("secret.md", "NAME") == visible.replace("mine.md", "NAME"), (hidden, visible)
+    assert "kept the indexed version" in hidden and "groups" not in hidden
+    assert "Finance only" in (chat.docs / "hr" / "secret.md").read_text()
 
 
 def test_the_question_with_the_files_is_answered_after_them(chat: Chat) -> None:

@@ -9,9 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ingest import files, service
+from ingest.loaders import LoadError, decode_text, front_matter
 from ingest.manifest import Entry
+from ingest.parse import has_front_matter, sidecar_access, sidecar_of
 from ingest.pipeline import Report
-from rag.access import Principal
+from rag.access import DocAccess, Principal, document_access
 from rag.errors import Conflict, Forbidden, InvalidDocument, NotFound
 from rag.feedback import Feedback
 from ui.serving.services import Services
@@ -81,15 +83,27 @@ def _locked(services: Services, what: str, deadline: float | None) -> Iterator[N
 
 
 def check_upload(services: Services, principal: Principal, target: Path, replace: bool) -> None:
-    """Before any byte is stored: admins only, and an existing document is replaced only when asked to."""
+    """Before any byte is stored: admins only, and an existing document is replaced only when asked to. A document
+    the admin may not see gets the answer a visible one gets without `replace`, so that no answer tells which
+    names exist outside the admin's groups."""
     require_admin(principal, "uploading documents")
     existing = _entry_at(services, target)
     if existing is None:
         return
-    if not services.settings.access_policy.label_allows(principal, existing.access):
-        raise Forbidden(f"{target.name} exists and belongs to groups you are not in")
-    if not replace:
+    if not replace or not services.settings.access_policy.label_allows(principal, existing.access):
         raise Conflict(f"{target.name} already exists; upload with replace=true to replace it")
+
+
+def upload_folder(services: Services, principal: Principal) -> Path:
+    """Where the principal's uploads go: the documents folder for an admin of every group, else a folder of its
+    own groups (`hr`, `finance+hr`), so that admins of different groups never share a file name."""
+    folder = services.settings.documents_dir.resolve()
+    if principal.all_groups:
+        return folder
+    if not principal.groups:
+        raise Forbidden("uploading documents needs an admin with groups (or `*`): what an admin without groups "
+                        "added would be open to every reader")
+    return folder / "+".join(sorted(principal.groups))
 
 
 def ingest_upload(services: Services, principal: Principal, staged: Path, target: Path, replace: bool,
@@ -98,21 +112,63 @@ def ingest_upload(services: Services, principal: Principal, staged: Path, target
     back what was there (a crash midway is settled by the next change: see ingest.files)."""
     with _locked(services, f"upload of {target.name} ({channel})", deadline):
         check_upload(services, principal, target, replace)  # again, under the lock: no other upload lands now
+        labelled = _label_for_scope(principal, staged, target)
         swap = files.swap_in(staged, target)
         try:
             _, report = service.sync([target], services.settings, prune=False, embedder=services.embedder,
-                                     store=services.store, locked=True)
+                                     store=services.store, locked=True, within=services.settings.documents_dir)
         except BaseException:
-            swap.restore()
+            _restore(swap, labelled)
             raise
         if report.failed:
-            swap.restore()  # the previous version stays, as its chunks did
+            _restore(swap, labelled)  # the previous version stays, as its chunks did
             raise InvalidDocument(f"{target.name}: {next(iter(report.failed.values()))}")
         swap.commit()
     entry = _entry_at(services, target)
     assert entry is not None, "a successful sync records the file"
     status = "unchanged" if report.unchanged else "updated" if report.updated or report.regrouped else "added"
     return Uploaded(entry, status)
+
+
+def _label_for_scope(principal: Principal, staged: Path, target: Path) -> Path | None:
+    """An admin of some groups labels documents with those groups only: an upload labelled with others is refused,
+    and one without groups (open to every reader) gets the admin's, in a sidecar beside it (returned, so that a
+    failed ingest removes it)."""
+    if principal.all_groups:
+        return None
+    sidecar = sidecar_of(target)
+    declared = _declared_access(staged, target, sidecar)
+    if declared.locked:
+        raise InvalidDocument(f"{target.name}: its access groups cannot be read")
+    outside = sorted(set(declared.groups) - principal.groups)
+    if outside:
+        raise Forbidden(f"{target.name} is labelled with groups you are not in ({', '.join(outside)}); an admin "
+                        f"of {', '.join(sorted(principal.groups))} labels documents with those groups only")
+    if declared.groups:
+        return None
+    files.write_atomically(sidecar, f"groups: [{', '.join(sorted(principal.groups))}]\n".encode())
+    return sidecar
+
+
+def _declared_access(staged: Path, target: Path, sidecar: Path) -> DocAccess:
+    """The groups an upload declares: a sidecar already beside its target, else its Markdown front matter."""
+    with contextlib.suppress(FileNotFoundError):
+        declared = sidecar_access(sidecar.read_bytes())
+        if declared is not None:
+            return declared
+    if not has_front_matter(target):
+        return DocAccess()
+    try:
+        meta, _ = front_matter(decode_text(staged.read_bytes()))
+    except LoadError:
+        return DocAccess(locked=True)
+    return document_access(meta.get("groups"))
+
+
+def _restore(swap: files.Swap, labelled: Path | None) -> None:
+    swap.restore()
+    if labelled is not None:
+        labelled.unlink(missing_ok=True)
 
 
 def _entry_at(services: Services, target: Path) -> Entry | None:

@@ -1,6 +1,7 @@
 """Adding a document, for the API's upload route and the chat's dropped files alike: the same file name rules, types,
 size limit (RAG_MAX_UPLOAD_MB), admin check, replace rule, ingest lock and labels (from the file's own front matter
-or sidecar, as for rag-ingest: without one, every reader sees it)."""
+or sidecar, as for rag-ingest: without one, every reader sees it, unless an admin of some groups uploaded it: then
+those groups, and its uploads live in a folder of their own)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from ingest import files
 from ingest.parse import SUPPORTED, is_supported
 from rag.access import Principal
 from rag.config import Settings
-from ui.serving.documents import Uploaded, check_upload, ingest_upload
+from ui.serving.documents import Uploaded, check_upload, ingest_upload, require_admin, upload_folder
 from ui.serving.limits import size_text
 from ui.serving.services import Services
 
@@ -55,12 +56,13 @@ def safe_name(raw: str) -> str:
     return name[:200]
 
 
-def upload_target(services: Services, filename: str) -> Path:
-    """Where an upload named `filename` goes in the documents folder; refused when the name or type is unusable."""
+def upload_target(services: Services, principal: Principal, filename: str) -> Path:
+    """Where the principal's upload named `filename` goes (ui.serving.documents.upload_folder); refused when the
+    name or type is unusable."""
     name = safe_name(filename)
     if not is_supported(Path(name)):
         raise UploadRefused(415, "unsupported_type", f"{name}: supported types are {KINDS}")
-    folder = services.settings.documents_dir.resolve()
+    folder = upload_folder(services, principal)
     target = folder / name
     if target.parent != folder:
         raise UploadRefused(422, "invalid_filename", f"unusable file name {filename!r}")
@@ -70,7 +72,8 @@ def upload_target(services: Services, filename: str) -> Path:
 def accept(services: Services, principal: Principal, filename: str, replace: bool) -> Path:
     """Before any byte is stored: the target in the documents folder, for an admin, not over a document unless
     `replace` (UploadRefused, Forbidden or Conflict otherwise)."""
-    target = upload_target(services, filename)
+    require_admin(principal, "uploading documents")
+    target = upload_target(services, principal, filename)
     target.parent.mkdir(parents=True, exist_ok=True)
     check_upload(services, principal, target, replace)
     return target
