@@ -240,9 +240,10 @@ def recheck(answer: Answer) -> int:
 
 def rejected(answer: Answer) -> list[str]:
     """The shown sentences that a fresh support check rejects against the texts of the listed sources."""
-    texts = [source.hit.text for source in answer.sources]
+    # The assistant's own notes where sanitising took a link out ("(link removed: host)") are not the model's words;
+    # the excerpts are read with their links taken out the same way (a sentence was checked with its link).
+    texts = [_REMOVED_NOTE.sub("", answer.links.clean(source.hit.text).text) for source in answer.sources]
     shown = answer.shown_sentences
-    # The assistant's own notes where sanitising took a link out ("(link removed: host)") are not the model's words.
     verdicts = [SupportChecker(texts, language_of(s.text) or "en").check(_REMOVED_NOTE.sub("", s.text)) for s in shown]
     # A bare "Yes." is shown only on the strength of the supported sentence after it.
     return [s.text for i, (s, v) in enumerate(zip(shown, verdicts, strict=True))

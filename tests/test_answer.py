@@ -228,3 +228,16 @@ def test_empty_index_says_to_ingest(settings: Settings, embedder: CountingEmbedd
     engine = QueryEngine(Retriever(embedder, build_store(settings)), FakeLLMServer(lambda m: "").llm())
     with pytest.raises(EmptyIndex, match="rag-ingest"):
         engine.ask("anything", principal=ALL)
+
+
+def test_a_sentence_shown_with_its_link_taken_out_passes_the_recheck(docs: Path, write: Write, settings: Settings,
+                                                                    embedder: CountingEmbedder) -> None:
+    """The check reads the sentence with its link; what is shown has a note instead, and the evaluation's fresh
+    check reads the excerpts with their links taken out the same way."""
+    write("books.md", "# Books\nSee the python.org wiki at https://wiki.python.org/moin/PythonBooks for a list.")
+    service.sync([docs], settings, embedder=embedder)
+    reply = "See the python.org wiki at https://wiki.python.org/moin/PythonBooks for a list [1]."
+    engine = QueryEngine(Retriever(embedder, build_store(settings)), FakeLLMServer(lambda m: reply).llm(), 1, 0.0)
+    answer = engine.ask("Where is a list of Python books?", principal=ALL)
+    assert answer.text == "See the python.org wiki at (link removed: wiki.python.org) for a list [1]."
+    assert recheck(answer) == 1
