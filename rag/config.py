@@ -128,6 +128,7 @@ class Settings(BaseSettings):
     ui_auth_secret: str = Field(default="", repr=False)
     ui_users: str = Field(default="", repr=False)
     session_hours: float = Field(default=8.0, gt=0, le=720)
+    https: bool = False
     login_max_failures: int = Field(default=5, ge=1)
     login_window_s: float = Field(default=900.0, gt=0)
     login_concurrency: int = Field(default=1, ge=1, le=16)

@@ -42,7 +42,7 @@ from ui.headers import rewrite_html
 from ui.serving.services import build_services
 
 SECRET = secrets.token_hex(32)
-PASSWORDS = {name: f"{name} pw" for name in ("alice", "bob", "carol", "dave", "erin", "frank")}
+PASSWORDS = {name: f"{name} pw" for name in ("alice", "bob", "carol", "dave", "erin", "frank", "gail")}
 PORTAL = "https://portal.example.com"  # in RAG_CORS_ORIGINS
 SESSION_HOURS = 2.0
 MAX_FAILURES = 3
@@ -400,3 +400,47 @@ def test_a_file_posted_without_a_current_session_is_refused_before_it_is_read(ch
     assert _upload_status(chat, None) == 401
     assert _upload_status(chat, "ended.or.forged") == 401
     assert _upload_status(chat, _token(chat, "bob")) == 403
+
+
+# --- sessions end: counted from the sign-in, at sign-out, and only over https on the wire ---
+
+
+def test_a_re_issued_token_does_not_extend_the_session(chat: Chat) -> None:
+    """Chainlit's /auth/jwt gives a fresh token (new issue time and expiry) for any current one: the session still
+    ends RAG_SESSION_HOURS after its sign-in."""
+    from ui.chat.sessions import sign_in_metadata
+
+    signed_in = time.time() - SESSION_HOURS * 3600 + 20  # a session 20 s from its end
+    old = jwt.encode({"identifier": "carol", "display_name": None, "iat": int(signed_in), "exp": int(time.time()) + 60,
+                      "metadata": sign_in_metadata(SECRET, chat.context.users["carol"], now=signed_in)},
+                     SECRET, algorithm="HS256")
+    renewed = httpx.post(f"{chat.url}/chat/auth/jwt", headers={"Authorization": f"Bearer {old}"}, timeout=10)
+    assert renewed.status_code == 200, renewed.text
+    fresh = renewed.cookies["access_token"]
+    assert jwt.decode(fresh, SECRET, algorithms=["HS256"])["iat"] > signed_in + 3600  # Chainlit's new token
+    assert current_user(fresh, chat.context) is not None
+    assert current_user(fresh, chat.context, now=time.time() + 60) is None  # over with the sign-in, not later
+
+
+def test_signing_out_ends_the_user_s_sessions_in_every_browser_and_after_a_restart(fresh: Chat) -> None:
+    here, there = _token(fresh, "dave"), _token(fresh, "dave")
+    assert _user(fresh, there).status_code == 200
+    out = httpx.post(f"{fresh.url}/chat/logout", cookies={"access_token": here}, timeout=10)
+    assert out.status_code == 200, out.text
+    assert _user(fresh, here).status_code == 401 and _user(fresh, there).status_code == 401
+    again = _token(fresh, "dave")  # signing in again works at once
+    assert _user(fresh, again).status_code == 200
+    restarted = ChatContext(fresh.settings, fresh.context.services, fresh.context.users)  # what a restart builds
+    assert current_user(there, restarted) is None and current_user(again, restarted) is not None
+
+
+def test_session_cookies_are_secure_over_https(chat: Chat) -> None:
+    plain = _login(chat, "gail")
+    assert plain.status_code == 200, plain.text
+    assert "secure" not in plain.headers["set-cookie"].lower()  # a loopback demo over http must still sign in
+    behind_tls = httpx.post(f"{chat.url}/chat/login", data={"username": "gail", "password": PASSWORDS["gail"]},
+                            headers={"X-Forwarded-For": _address(), "X-Forwarded-Proto": "https"}, timeout=30)
+    assert behind_tls.status_code == 200, behind_tls.text
+    cookie = behind_tls.headers["set-cookie"]
+    assert cookie.startswith("access_token=") and "; Secure" in cookie
+    assert behind_tls.headers["strict-transport-security"] == "max-age=31536000"

@@ -47,7 +47,7 @@ def content_security_policy(nonce: str, host: str | None, docs: bool = False) ->
     return "; ".join(f"{name} {value}" for name, value in directives.items())
 
 
-def security_headers(scope: Scope, nonce: str, docs: bool = False) -> dict[str, str]:
+def security_headers(scope: Scope, nonce: str, docs: bool = False, https: bool = False) -> dict[str, str]:
     """Every header this middleware adds to a response of `scope`'s request (a header the app set stays)."""
     host = next((value.decode("latin-1") for key, value in scope["headers"] if key == b"host"), None)
     headers = {
@@ -59,7 +59,7 @@ def security_headers(scope: Scope, nonce: str, docs: bool = False) -> dict[str, 
         "cross-origin-resource-policy": "same-origin",
         "permissions-policy": "camera=(), microphone=(), geolocation=()",
     }
-    if scope.get("scheme") == "https":
+    if https or scope.get("scheme") == "https":  # `https`: RAG_HTTPS, a TLS proxy in front
         headers["strict-transport-security"] = "max-age=31536000"
     return headers
 
@@ -74,24 +74,25 @@ def rewrite_html(html: bytes, nonce: str, strip_external: bool = True) -> bytes:
 class SecurityHeaders:
     """Adds security_headers to every HTTP response, and rewrites HTML pages for their nonce."""
 
-    def __init__(self, app: ASGIApp, docs_paths: Iterable[str | None] = ()) -> None:
+    def __init__(self, app: ASGIApp, docs_paths: Iterable[str | None] = (), https: bool = False) -> None:
         self.app = app
         self.docs_paths = frozenset(path for path in docs_paths if path)
+        self.https = https
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         docs = scope["path"] in self.docs_paths
-        await self.app(scope, receive, _Response(send, secrets.token_urlsafe(16), scope, docs).send)
+        await self.app(scope, receive, _Response(send, secrets.token_urlsafe(16), scope, docs, self.https).send)
 
 
 class _Response:
     """One response on its way out: headers added at its start, an HTML body held back and rewritten."""
 
-    def __init__(self, send: Send, nonce: str, scope: Scope, docs: bool) -> None:
+    def __init__(self, send: Send, nonce: str, scope: Scope, docs: bool, https: bool) -> None:
         self.downstream, self.nonce, self.docs = send, nonce, docs
-        self.headers = security_headers(scope, nonce, docs)
+        self.headers = security_headers(scope, nonce, docs, https)
         self.rewrite = scope["method"] != "HEAD"
         self.start: Message | None = None  # an HTML response's start, held until its body is complete
         self.body = b""

@@ -53,5 +53,6 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
     for module in (routes_ask, routes_openai, routes_documents, routes_gaps, routes_files, routes_health):
         app.include_router(module.router)
     install_web_guards(app, settings)  # trusted hosts, CORS, cross-site guard: for the chat mounted later too
-    app.add_middleware(SecurityHeaders, docs_paths=(app.docs_url, app.redoc_url))  # outermost: on every response
+    app.add_middleware(SecurityHeaders, docs_paths=(app.docs_url, app.redoc_url),  # outermost: on every response
+                       https=settings.https)
     return app

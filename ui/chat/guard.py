@@ -7,7 +7,9 @@ socket, and the sign-in throttle.
   that ended (ui.chat.sessions) is refused too.
 - Other requests: a session that ended is taken out of the request (Chainlit then answers 401 where a sign-in is
   needed, and pages still load so one can sign in again) and its cookie is deleted.
-- `POST /chat/login` goes through the LoginLimiter (ui.chat.login).
+- `POST /chat/login` goes through the LoginLimiter (ui.chat.login); `POST /chat/logout` ends the user's sessions
+  (ui.chat.sessions.SignOuts), not only this browser's cookie.
+- Over https (the request's scheme, or RAG_HTTPS behind a TLS proxy) session cookies are marked `Secure`.
 - `POST /chat/project/file` (a file dropped into the chat) is refused before a byte is read unless the session is
   a current admin's: Chainlit stores any signed-in user's file in the session's folder (ui.chat.uploads), and it
   parses the whole multipart body (up to the upload cap, to disk) before it checks the sign-in at all.
@@ -32,6 +34,7 @@ from ui.web_guards import is_cross_site
 log = logging.getLogger("rag.chat")
 SOCKET_PREFIX = "/ws/"
 LOGIN_PATH = "/login"
+LOGOUT_PATH = "/logout"
 UPLOAD_PATH = "/project/file"
 ADMINS_ONLY = "Only administrators can add documents to the knowledge base."
 SIGN_IN_FIRST = "Sign in first."
@@ -58,7 +61,11 @@ class ChatGuard:
                 return
         elif context.settings.ui_auth and _has_stale_session(scope, context):
             scope, send = _without_session(scope), _deleting_cookies(send, _session_cookies(scope))
+        if scope["type"] == "http" and (context.settings.https or scope.get("scheme") == "https"):
+            send = _secure_cookies(send)
         posted = scope["type"] == "http" and scope["method"] == "POST"
+        if context.settings.ui_auth and posted and route == LOGOUT_PATH:
+            _sign_out(scope, context)
         if context.settings.ui_auth and posted and route == LOGIN_PATH:
             await self.login(self.app, scope, receive, send)
             return
@@ -111,6 +118,34 @@ def _upload_refusal(scope: Scope, context: ChatContext) -> tuple[int, str] | Non
     if user is None:
         return 401, SIGN_IN_FIRST
     return None if user.principal.is_admin else (403, ADMINS_ONLY)
+
+
+def _sign_out(scope: Scope, context: ChatContext) -> None:
+    """End every session of the signing-out user (their other browsers too): a copied token is useless after."""
+    user = current_user(session_token(scope), context)
+    if user is not None:
+        context.sign_outs.sign_out(user.name, context.settings.session_hours)
+        log.info("chat sign-out: sessions of %r ended", user.name)
+
+
+def _secure_cookies(send: Send) -> Send:
+    """`send` with the session cookies it sets marked Secure (never sent over plain http)."""
+
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = [(key, _secured(value) if key.lower() == b"set-cookie" else value)
+                       for key, value in message.get("headers", [])]
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return sending
+
+
+def _secured(cookie: bytes) -> bytes:
+    name = cookie.split(b"=", 1)[0].strip().decode("latin-1")
+    if not _is_session_cookie(name) or b"secure" in [part.strip().lower() for part in cookie.split(b";")]:
+        return cookie
+    return cookie + b"; Secure"
 
 
 def _has_stale_session(scope: Scope, context: ChatContext) -> bool:

@@ -3,20 +3,31 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from rag.config import Settings
 from ui.chat.users import UiUser
 from ui.serving.services import Services
 
+if TYPE_CHECKING:
+    from ui.chat.sessions import SignOuts
+
 
 @dataclass(frozen=True, slots=True)
 class ChatContext:
-    """Settings, the API's services (built at start-up, hence a callable) and the UI users."""
+    """Settings, the API's services (built at start-up, hence a callable), the UI users and their sign-outs."""
 
     settings: Settings
     services: Callable[[], Services]
     users: dict[str, UiUser]
+    sign_outs: SignOuts = field(init=False)
+
+    def __post_init__(self) -> None:
+        from ui.chat.sessions import SignOuts
+
+        # Sign-outs end sessions: kept beside the data, for every context built over it (a restart, new users).
+        object.__setattr__(self, "sign_outs", SignOuts(self.settings.data_dir / "ui" / "sign-outs.json"))
 
 
 _installed: list[ChatContext] = []
