@@ -444,3 +444,53 @@ def test_session_cookies_are_secure_over_https(chat: Chat) -> None:
     cookie = behind_tls.headers["set-cookie"]
     assert cookie.startswith("access_token=") and "; Secure" in cookie
     assert behind_tls.headers["strict-transport-security"] == "max-age=31536000"
+
+
+# --- shared threads and other users' ratings ---
+
+
+def _stored_thread(chat: Chat, thread: str, author: str, step: str) -> None:
+    """A thread of `author` holding one answer, marked shared the way Chainlit's share route marks it."""
+    import sqlite3
+
+    database = chat.settings.data_dir / "chat.db"
+    _token(chat, author)  # a sign-in stores the user: the tables exist from then on
+    with sqlite3.connect(database) as db:
+        db.execute('INSERT INTO threads ("id", "name", "userIdentifier", "metadata") VALUES (?, ?, ?, ?)',
+                   (thread, "Bonus pool?", author, json.dumps({"is_shared": True})))
+        db.execute('INSERT INTO steps ("id", "name", "type", "threadId", "output", "metadata") '
+                   "VALUES (?, ?, ?, ?, ?, ?)",
+                   (step, "Knowledge base", "assistant_message", thread, "The bonus pool is 7,340,000 kroner.", "{}"))
+
+
+def test_thread_sharing_is_off_at_the_route(chat: Chat) -> None:
+    _stored_thread(chat, "t-shared", "alice", "s-shared")
+    bob = {"access_token": _token(chat, "bob")}
+    for cookies in (bob, {}):
+        shared = httpx.get(f"{chat.url}/chat/project/share/t-shared", cookies=cookies, timeout=10)
+        assert shared.status_code == 404 and "7,340,000" not in shared.text
+    share = httpx.put(f"{chat.url}/chat/project/thread/share", json={"threadId": "t-shared", "isShared": True},
+                      cookies={"access_token": _token(chat, "alice")}, timeout=10)
+    assert share.status_code == 404
+
+
+def test_a_user_rates_only_answers_of_their_own_threads(chat: Chat) -> None:
+    import sqlite3
+
+    _stored_thread(chat, "t-rated", "alice", "s-rated")
+    feedback = {"feedback": {"forId": "s-rated", "threadId": "t-rated", "value": 0, "comment": "[bob was here]"},
+                "sessionId": str(uuid.uuid4())}
+    bob = httpx.put(f"{chat.url}/chat/feedback", json=feedback, cookies={"access_token": _token(chat, "bob")},
+                    timeout=10)
+    assert bob.status_code != 200
+    with sqlite3.connect(chat.settings.data_dir / "chat.db") as db:
+        assert db.execute('SELECT count(*) FROM feedbacks WHERE "forId" = ?', ("s-rated",)).fetchone() == (0,)
+    alice = httpx.put(f"{chat.url}/chat/feedback", json=feedback, cookies={"access_token": _token(chat, "alice")},
+                      timeout=10)
+    assert alice.status_code == 200, alice.text
+    rating = {"feedbackId": alice.json()["feedbackId"]}
+    gone = httpx.request("DELETE", f"{chat.url}/chat/feedback", json=rating,
+                         cookies={"access_token": _token(chat, "bob")}, timeout=10)
+    assert gone.status_code != 200
+    with sqlite3.connect(chat.settings.data_dir / "chat.db") as db:
+        assert db.execute('SELECT count(*) FROM feedbacks WHERE "forId" = ?', ("s-rated",)).fetchone() == (1,)

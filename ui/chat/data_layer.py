@@ -19,6 +19,7 @@ from sqlalchemy.engine import make_url
 
 from rag.feedback import Feedback, FeedbackStore
 from rag.prompt import Message
+from ui.chat.sessions import REQUEST_USER
 
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS users ("id" TEXT PRIMARY KEY, "identifier" TEXT NOT NULL UNIQUE,
@@ -81,7 +82,11 @@ class ChatDataLayer(SQLAlchemyDataLayer):
         """Source panels are not stored: the message keeps the source list, and a file store is not worth it here."""
 
     async def upsert_feedback(self, feedback: ChainlitFeedback) -> str:
-        """Store the rating for Chainlit, and with its question, answer and sources for the helpdesk."""
+        """Store the rating for Chainlit, and with its question, answer and sources for the helpdesk; only of an
+        answer in the signed-in user's own thread (Chainlit's route checks no ownership)."""
+        await self._check_owner(feedback.forId, "rate")
+        if feedback.id:
+            await self._check_owner(await self._rated_step(feedback.id), "rate")
         feedback_id: str = await super().upsert_feedback(feedback)
         record = await self._feedback_record(feedback)
         if record is not None:
@@ -89,12 +94,31 @@ class ChatDataLayer(SQLAlchemyDataLayer):
         return feedback_id
 
     async def delete_feedback(self, feedback_id: str) -> bool:
-        """Forget a rating in both stores."""
+        """Forget a rating in both stores (the signed-in user's own only)."""
+        await self._check_owner(await self._rated_step(feedback_id), "remove a rating of")
         rows = await self.execute_sql('SELECT "forId" FROM feedbacks WHERE "id" = :id', {"id": feedback_id})
         deleted: bool = await super().delete_feedback(feedback_id)
         if isinstance(rows, list) and rows:
             await asyncio.to_thread(self._feedback.remove, str(rows[0]["forId"]))
         return deleted
+
+    async def _rated_step(self, feedback_id: str) -> str | None:
+        rows = await self.execute_sql('SELECT "forId" FROM feedbacks WHERE "id" = :id', {"id": feedback_id})
+        return str(rows[0]["forId"]) if isinstance(rows, list) and rows else None
+
+    async def _check_owner(self, step_id: str | None, action: str) -> None:
+        """PermissionError unless the step (if any) is in a thread of the request's signed-in user; without sign-in
+        (RAG_UI_AUTH=false) there is one anonymous user."""
+        user = REQUEST_USER.get()
+        if user is None or step_id is None:  # not a request through the guard (sign-in off, or our own calls)
+            return
+        if not user:
+            raise PermissionError("sign in first")
+        rows = await self.execute_sql('SELECT t."userIdentifier" AS user FROM steps s JOIN threads t '
+                                      'ON t."id" = s."threadId" WHERE s."id" = :id', {"id": step_id})
+        owner = rows[0]["user"] if isinstance(rows, list) and rows else None
+        if owner is not None and owner != user:
+            raise PermissionError(f"you can {action} answers of your own conversations only")
 
     async def _feedback_record(self, feedback: ChainlitFeedback) -> Feedback | None:
         # Chainlit rates the run step of a turn; the answer is that step's assistant message (or the step itself).

@@ -10,6 +10,10 @@ socket, and the sign-in throttle.
 - `POST /chat/login` goes through the LoginLimiter (ui.chat.login); `POST /chat/logout` ends the user's sessions
   (ui.chat.sessions.SignOuts), not only this browser's cookie.
 - Over https (the request's scheme, or RAG_HTTPS behind a TLS proxy) session cookies are marked `Secure`.
+- Thread sharing is off at the route (`/chat/project/share/…`, `PUT /chat/project/thread/share` answer 404):
+  Chainlit serves shared threads to anyone, unredacted, whatever `allow_thread_sharing` says.
+- The request's signed-in user is handed to the data layer (ui.chat.sessions.REQUEST_USER), which rates and
+  un-rates only answers of the user's own threads.
 - `POST /chat/project/file` (a file dropped into the chat) is refused before a byte is read unless the session is
   a current admin's: Chainlit stores any signed-in user's file in the session's folder (ui.chat.uploads), and it
   parses the whole multipart body (up to the upload cap, to disk) before it checks the sign-in at all.
@@ -27,7 +31,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ui.chat import state
 from ui.chat.login import LoginLimiter, reply
-from ui.chat.sessions import current_user
+from ui.chat.sessions import REQUEST_USER, current_user
 from ui.chat.state import ChatContext
 from ui.web_guards import is_cross_site
 
@@ -36,6 +40,7 @@ SOCKET_PREFIX = "/ws/"
 LOGIN_PATH = "/login"
 LOGOUT_PATH = "/logout"
 UPLOAD_PATH = "/project/file"
+SHARING_PATHS = ("/project/share/", "/project/thread/share")
 ADMINS_ONLY = "Only administrators can add documents to the knowledge base."
 SIGN_IN_FIRST = "Sign in first."
 # Chainlit's session cookie: this name, or name_0, name_1… when the token is split (chainlit.auth.cookie).
@@ -72,7 +77,15 @@ class ChatGuard:
         if posted and route == UPLOAD_PATH and (refusal := _upload_refusal(scope, context)) is not None:
             await reply(send, *refusal)
             return
-        await self.app(scope, receive, send)
+        if scope["type"] == "http" and route.startswith(SHARING_PATHS):
+            await reply(send, 404, "thread sharing is off")
+            return
+        user = current_user(session_token(scope), context) if context.settings.ui_auth else None
+        handed = REQUEST_USER.set(None if not context.settings.ui_auth else user.name if user else "")
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            REQUEST_USER.reset(handed)
 
 
 def _route_path(scope: Scope) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import contextvars
 import hashlib
 import hmac
 import json
@@ -33,6 +34,9 @@ from ui.chat.texts import Language
 from ui.chat.users import UiUser
 
 MIN_SECRET_BYTES = 32  # HS256 keys: RFC 7518 asks for at least the hash size
+# The signed-in user of the HTTP request being served under /chat, set by the guard ("" with no current session;
+# unset outside a guarded request): Chainlit's REST routes pass no user to the data layer.
+REQUEST_USER: contextvars.ContextVar[str | None] = contextvars.ContextVar("rag_chat_user", default=None)
 SESSION_KEY = "session"  # the fingerprint's key in the token's user metadata
 SIGNED_IN_KEY = "signed_in"  # the sign-in time (Unix seconds) in the token's user metadata
 LEEWAY_S = 30  # clock skew allowed on the token's issue time
