@@ -142,6 +142,11 @@ class QueryEngine:
         self.model_languages = model_languages
         self.links = links
 
+    @property
+    def llm(self) -> LLM:
+        """The LLM client the answers are written with."""
+        return self._llm
+
     def threshold_for(self, question: str) -> float:
         """The refusal threshold for this question: Chinese questions score on another scale (keyword-led)."""
         zh = cjk_share(question)

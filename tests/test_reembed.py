@@ -124,3 +124,31 @@ def test_rag_ingest_reembed_then_syncs_the_given_folder(ingested: Settings, docs
 def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(BIN / args[0]), *args[1:]], env=env, capture_output=True, text=True, timeout=300,
                           check=False)
+
+
+def test_a_running_server_follows_a_same_model_reembed_so_relabels_reach_it(
+        settings: Settings, docs: Path, write: Callable[[str, str], Path], real_embedder: Embedder) -> None:
+    """The server opened the old generation at start; after the re-embed a sync relabels the new one, and the
+    server's next request searches that one: the document restricted since is not served as open."""
+    from fastapi.testclient import TestClient
+
+    from tests.fake_llm import FakeLLMServer
+    from ui.api.app import create_app
+    from ui.serving.services import build_services
+
+    for name, text in DOCS.items():
+        write(name, text)
+    service.sync([docs], settings, embedder=real_embedder)
+    llm = FakeLLMServer(lambda _: "Install the company certificate before the first connection [1].").llm()
+    services = build_services(settings, embedder=real_embedder, llm=llm)
+    question = {"question": "What does the VPN client need before the first connection?"}
+    with TestClient(create_app(settings, services)) as client:
+        assert "vpn.md" in client.post("/v1/ask", json=question).text
+        started_on = services.store.name
+        done = reembed(settings, embedder=real_embedder)
+        write("vpn.md.meta.yaml", "groups: [it]\n")
+        service.sync([docs], settings, embedder=real_embedder)
+        answer = client.post("/v1/ask", json=question)
+        assert answer.status_code == 200 and "vpn.md" not in answer.text, answer.text
+        assert (started_on, services.store.name) == (done.source, done.generation)
+        assert "vpn.md" not in [doc["source"] for doc in client.get("/v1/documents").json()]

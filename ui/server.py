@@ -17,7 +17,7 @@ def create_server(settings: Settings, services: Services | None = None, chat: bo
         from ui.chat.mount import CHAT_PATH, mount_chat
 
         app.add_api_route("/", lambda: RedirectResponse(CHAT_PATH), include_in_schema=False)
-        mount_chat(app, settings, lambda: app.state.services)
+        mount_chat(app, settings, lambda: app.state.services.follow_generation())
         from ui.chat.readers import session_principal
 
         app.state.session_principal = session_principal  # the chat's sign-in also reads its cited PDFs (routes_files)

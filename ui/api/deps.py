@@ -13,9 +13,9 @@ from ui.serving.services import Services
 
 
 def get_services(request: Request) -> Services:
-    """The services built at start-up."""
+    """The services built at start-up, on the collection's current generation."""
     services: Services = request.app.state.services
-    return services
+    return services.follow_generation()
 
 
 def get_principal(request: Request, services: Annotated[Services, Depends(get_services)]) -> Principal:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import os
 import threading
 import time
@@ -24,10 +25,18 @@ from rag.feedback import FeedbackStore
 from rag.index import Index
 from rag.llm import LLM
 from rag.unanswered import UnansweredStore
-from rag.wiring import build_embedder, build_engine, build_feedback_store, build_store, build_unanswered_store
+from rag.wiring import (
+    build_embedder,
+    build_engine,
+    build_feedback_store,
+    build_store,
+    build_unanswered_store,
+    collection_name,
+)
 from ui.serving.metrics import Metrics
 from ui.serving.principals import ApiKey, parse_api_keys
 
+log = logging.getLogger("rag.serving")
 INGEST_NICE = 10
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -86,12 +95,30 @@ class Services:
     metrics: Metrics = field(default_factory=Metrics)
     ingest_pool: ThreadPoolExecutor = field(init=False)
 
+    _generation_lock: threading.Lock = field(init=False, default_factory=threading.Lock)
+
     def __post_init__(self) -> None:
         self.gate = Gate(self.settings.max_concurrent_generations, self.settings.queue_timeout_s)
         # Uploads, syncs and deletes wait for the ingest lock in threads of their own, never in the pool that
         # answers questions.
         self.ingest_pool = ThreadPoolExecutor(self.settings.ingest_workers, thread_name_prefix="ingest",
                                               initializer=lower_thread_priority)
+
+    def follow_generation(self) -> Services:
+        """These services, on the collection that RAG_COLLECTION resolves to now for RAG_EMBED_MODEL: after a
+        `rag-ingest --reembed` of the same model (with a Chroma server, while this process runs) the next request
+        searches the new generation, where syncs relabel and delete, instead of the one it opened at start."""
+        current = collection_name(self.settings)
+        if current == self.store.name:
+            return self
+        with self._generation_lock:
+            if current != self.store.name:
+                store = build_store(self.settings, collection=current)
+                engine = build_engine(self.settings, embedder=self.embedder, store=store, llm=self.engine.llm)
+                engine.retriever.warm()
+                self.store, self.engine = store, engine  # requests under way finish on the old ones
+                log.info("searching the collection's new generation %s", current)
+        return self
 
     def ingest_deadline(self) -> float:
         """When a change arriving now stops waiting for the ingest lock (time.monotonic())."""
