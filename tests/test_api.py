@@ -286,3 +286,35 @@ def test_uploaded_file_path_is_relative_source(make_client: MakeClient) -> None:
     client = make_client()
     created = client.post("/v1/documents", files={"file": ("notes 2024 (final).txt", b"Notes.", "text/plain")})
     assert created.json()["source"] == "notes 2024 (final).txt"
+
+
+def test_readiness_details_and_metrics_are_for_admins_when_keys_are_set(make_client: MakeClient) -> None:
+    client = make_client(llm_url="http://127.0.0.1:9/v1", llm_connect_timeout_s=1.0)
+    for headers in ({"Authorization": ""}, READER):  # a load balancer's probe, a reader's key
+        probe = client.get("/readyz", headers=headers)
+        assert probe.status_code == 503 and probe.json()["checks"]["llm"] == {"ok": False}
+        assert "127.0.0.1:9" not in probe.text and "chunks" not in probe.text
+    assert "127.0.0.1:9" in client.get("/readyz", headers=ADMIN).json()["checks"]["llm"]["detail"]
+    assert client.get("/metrics", headers={"Authorization": ""}).status_code == 401
+    assert client.get("/metrics", headers=READER).status_code == 403
+    assert client.get("/metrics", headers=ADMIN).status_code == 200
+
+
+def test_what_holds_the_ingest_lock_names_no_document(make_client: MakeClient,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whoever waits for the lock is told what holds it (409 ingest_busy): never another admin's file name."""
+    from ingest import service as ingest_service
+
+    held: list[str] = []
+    real = ingest_service.ingest_lock
+
+    def recording(settings: Settings, what: str, deadline: float | None = None) -> object:
+        held.append(what)
+        return real(settings, what, deadline)
+
+    client = make_client()
+    monkeypatch.setattr(ingest_service, "ingest_lock", recording)
+    uploaded = client.post("/v1/documents", files={"file": ("salaries-2027.md", b"# Salaries\nSecret.\n")})
+    assert uploaded.status_code == 201, uploaded.text
+    assert client.delete(f"/v1/documents/{uploaded.json()['id']}").status_code == 200
+    assert held and not [what for what in held if "salaries" in what or uploaded.json()["id"] in what], held

@@ -33,5 +33,15 @@ def get_principal(request: Request, services: Annotated[Services, Depends(get_se
     return key.principal
 
 
+def admin_or_open(request: Request, services: Annotated[Services, Depends(get_services)]) -> bool:
+    """Whether the caller may read the server's internals (LLM address, counts, errors): an admin key, or any
+    caller when no keys are configured (the loopback default). Never an error: a probe without a key gets less."""
+    if not services.keys:
+        return True
+    scheme, _, presented = request.headers.get("authorization", "").partition(" ")
+    key = match_key(presented.strip(), services.keys) if scheme.lower() == "bearer" and presented.strip() else None
+    return key is not None and key.principal.is_admin
+
+
 ServicesDep = Annotated[Services, Depends(get_services)]
 PrincipalDep = Annotated[Principal, Depends(get_principal)]

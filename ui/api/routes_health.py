@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
 from rag.errors import RagError
 from rag.llm_server import is_healthy
-from ui.api.deps import ServicesDep
+from ui.api.deps import PrincipalDep, ServicesDep, admin_or_open
+from ui.api.routes_ask import ADMIN_ERRORS
+from ui.serving.documents import require_admin
 from ui.serving.services import Services
 
 router = APIRouter(tags=["health"])
@@ -22,12 +26,13 @@ async def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz")
-async def readyz(services: ServicesDep) -> JSONResponse:
-    """200 when vLLM, Chroma and a non-empty index are all there; else 503 naming what failed."""
+async def readyz(services: ServicesDep, detailed: Annotated[bool, Depends(admin_or_open)]) -> JSONResponse:
+    """200 when vLLM, Chroma and a non-empty index are all there; else 503 naming what failed. With API keys set,
+    only an admin key reads each check's detail (the LLM's address, the chunk count, the error)."""
     checks = await run_in_threadpool(_checks, services)
     ready = all(ok for ok, _ in checks.values())
-    body: dict[str, object] = {"status": "ready" if ready else "not ready",
-            "checks": {name: {"ok": ok, "detail": detail} for name, (ok, detail) in checks.items()}}
+    body: dict[str, object] = {"status": "ready" if ready else "not ready", "checks": {
+        name: {"ok": ok, "detail": detail} if detailed else {"ok": ok} for name, (ok, detail) in checks.items()}}
     if not ready:
         failed = ", ".join(name for name, (ok, _) in checks.items() if not ok)
         body["error"] = {"type": "not_ready", "message": f"not ready: {failed}"}
@@ -46,7 +51,9 @@ def _checks(services: Services) -> dict[str, tuple[bool, str]]:
     return {"llm": llm, "chroma": (True, "ok"), "index": index}
 
 
-@router.get("/metrics")
-async def metrics(services: ServicesDep) -> Response:
-    """Prometheus text format."""
+@router.get("/metrics", responses=ADMIN_ERRORS)
+async def metrics(services: ServicesDep, principal: PrincipalDep) -> Response:
+    """Prometheus text format (with API keys set: for an admin key, e.g. Prometheus' `authorization` setting)."""
+    if services.keys:
+        require_admin(principal, "reading metrics")
     return Response(generate_latest(services.metrics.registry), media_type=CONTENT_TYPE_LATEST)

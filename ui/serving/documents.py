@@ -48,7 +48,8 @@ def delete_document(services: Services, principal: Principal, doc_id: str, deadl
     require_admin(principal, "deleting documents")
     if not any(entry.doc_id == doc_id for entry in visible_documents(services, principal)):
         raise NotFound(f"no document with id {doc_id!r}")
-    with _locked(services, f"delete of document {doc_id} (API)", deadline):
+    # What holds the lock is shown to whoever waits for it: no document names (another admin's may be hidden).
+    with _locked(services, "a delete (API)", deadline):
         entry = service.find_document(doc_id, services.settings, services.store.name)
         if entry is None:  # deleted by another request meanwhile
             raise NotFound(f"no document with id {doc_id!r}")
@@ -110,7 +111,7 @@ def ingest_upload(services: Services, principal: Principal, staged: Path, target
                   deadline: float | None = None, channel: str = "API") -> Uploaded:
     """Move a staged upload into the documents folder and ingest it, as one locked change; a failed ingest puts
     back what was there (a crash midway is settled by the next change: see ingest.files)."""
-    with _locked(services, f"upload of {target.name} ({channel})", deadline):
+    with _locked(services, f"an upload ({channel})", deadline):
         check_upload(services, principal, target, replace)  # again, under the lock: no other upload lands now
         labelled = _label_for_scope(principal, staged, target)
         swap = files.swap_in(staged, target)
