@@ -41,6 +41,22 @@ LOCAL_OPERATOR = Principal("local operator", role="admin", all_groups=True)
 ANONYMOUS = Principal("anonymous")
 
 
+def groups_label(principal: Principal) -> str:
+    """A principal's groups as stored beside what they asked: `*`, `|hr|finance|`, or `` for none."""
+    return ALL_GROUPS if principal.all_groups else "".join(f"|{g}" for g in sorted(principal.groups)) + \
+        ("|" if principal.groups else "")
+
+
+def asked_within(label: str | None, principal: Principal) -> bool:
+    """Whether the principal may read a question asked by someone holding `label` (groups_label): the `*`
+    principal always; another only when the asker held no group beyond theirs (unknown: never)."""
+    if principal.all_groups:
+        return True
+    if label is None or label == ALL_GROUPS:
+        return False
+    return {group for group in label.split("|") if group} <= principal.groups
+
+
 def valid_group(name: str) -> bool:
     """Whether a group name is usable: letters, digits, `_.-`, up to 64 characters, not starting with a sign."""
     return GROUP_NAME.fullmatch(name) is not None

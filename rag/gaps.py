@@ -52,6 +52,7 @@ class Asked:
     source: str = ""  # the best-matching document, if any
     doc_id: str = ""
     created_at: str = field(default_factory=lambda: now_iso())
+    groups: str | None = None  # the asker's groups (`|hr|`, `*`, `` for none); None: not recorded (older rows)
 
 
 @dataclass(frozen=True, slots=True)

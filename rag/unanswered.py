@@ -3,6 +3,8 @@ tell what to write next. Only the question and its best-matching document are ke
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -21,7 +23,10 @@ unanswered_table = sa.Table(
     sa.Column("source", sa.Text, nullable=False, default=""),
     sa.Column("doc_id", sa.String(200), nullable=False, default=""),
     sa.Column("created_at", sa.String(40), nullable=False, index=True),
+    sa.Column("asker_groups", sa.Text, nullable=True),  # the asker's groups: who else may read the question
 )
+KEEP_DAYS = 180  # older questions are deleted as new ones are recorded: the table does not grow without bound
+MAX_ROWS = 20_000  # the newest questions a report reads at most
 
 
 class UnansweredStore:
@@ -32,28 +37,39 @@ class UnansweredStore:
         self._engine = engine
         try:
             _metadata.create_all(engine)
+            if "asker_groups" not in {column["name"] for column in sa.inspect(engine).get_columns("rag_unanswered")}:
+                with engine.begin() as connection:  # a table from before the asker's groups were kept
+                    connection.execute(sa.text("ALTER TABLE rag_unanswered ADD COLUMN asker_groups TEXT"))
         except SQLAlchemyError as exc:
             raise StoreUnavailable(f"cannot open the unanswered-questions table: {exc}") from exc
 
     def record(self, asked: Asked) -> None:
-        """Store one unanswered question."""
+        """Store one unanswered question; those older than KEEP_DAYS go."""
         row = {"question": asked.question, "reason": asked.reason, "user": asked.user, "channel": asked.channel,
-               "source": asked.source, "doc_id": asked.doc_id, "created_at": asked.created_at}
+               "source": asked.source, "doc_id": asked.doc_id, "created_at": asked.created_at,
+               "asker_groups": asked.groups}
+        cutoff = (datetime.now(UTC) - timedelta(days=KEEP_DAYS)).isoformat(timespec="seconds")
         with self._engine.begin() as connection:
             connection.execute(sa.insert(unanswered_table).values(row))
+            connection.execute(sa.delete(unanswered_table).where(unanswered_table.c.created_at < cutoff))
 
     def since(self, created_after: str | None = None) -> list[Asked]:
-        """The questions recorded at or after a timestamp (UTC ISO 8601), oldest first; all without one."""
-        query = sa.select(unanswered_table).order_by(unanswered_table.c.created_at, unanswered_table.c.id)
+        """The questions recorded at or after a timestamp (UTC ISO 8601), oldest first, the newest MAX_ROWS of
+        them; all kept without one."""
+        newest = sa.select(unanswered_table).order_by(unanswered_table.c.created_at.desc(),
+                                                      unanswered_table.c.id.desc()).limit(MAX_ROWS)
         if created_after is not None:
-            query = query.where(unanswered_table.c.created_at >= created_after)
+            newest = newest.where(unanswered_table.c.created_at >= created_after)
+        rows_of = newest.subquery()
+        query = sa.select(rows_of).order_by(rows_of.c.created_at, rows_of.c.id)
         try:
             with self._engine.connect() as connection:
                 rows = [row._mapping for row in connection.execute(query)]
         except SQLAlchemyError as exc:
             raise StoreUnavailable(f"cannot read the unanswered questions: {exc}") from exc
         return [Asked(question=row["question"], reason=row["reason"], user=row["user"], channel=row["channel"],
-                      source=row["source"], doc_id=row["doc_id"], created_at=row["created_at"]) for row in rows]
+                      source=row["source"], doc_id=row["doc_id"], created_at=row["created_at"],
+                      groups=row["asker_groups"]) for row in rows]
 
 
 def load_asked(unanswered: UnansweredStore | None, feedback: FeedbackStore, created_after: str | None) -> list[Asked]:

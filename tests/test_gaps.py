@@ -227,12 +227,42 @@ def test_an_admin_of_some_groups_sees_only_questions_near_their_documents(make_c
     leave = next(d for d in client.get("/v1/documents").json() if d["source"] == "leave.md")
     services: Services = client.app.state.services  # type: ignore[attr-defined]
     assert services.unanswered is not None
-    for question, source, doc_id in (("How long is parental leave?", "leave.md", leave["id"]),
-                                     ("What are the board's salaries?", "board/pay.md", "elsewhere"),
-                                     ("Where is the canteen?", "", "")):
-        services.unanswered.record(Asked(question, "escalated", source=source, doc_id=doc_id))
+    for question, source, doc_id, groups in (("How long is parental leave?", "leave.md", leave["id"], "|hr|"),
+                                             ("What are the board's salaries?", "board/pay.md", "elsewhere", ""),
+                                             ("Where is the canteen?", "", "", ""),
+                                             ("Is leave cut for the finance layoffs?", "leave.md", leave["id"],
+                                              "|finance|"),  # asked by finance: not for hr's eyes
+                                             ("Leave for the merger team?", "leave.md", leave["id"], None)):
+        services.unanswered.record(Asked(question, "escalated", source=source, doc_id=doc_id, groups=groups))
     seen = client.get("/v1/gaps", params={"since": "all"}, headers={"Authorization": f"Bearer {hr_admin}"}).json()
-    # A question that matched no document tells of none: it stays.
+    # A question that matched no document tells of none: it stays. One whose asker's groups were not recorded (a row
+    # from before they were) is for `*` admins only.
     assert {e for topic in seen["topics"] for e in topic["examples"]} == {"How long is parental leave?",
                                                                           "Where is the canteen?"}
-    assert client.get("/v1/gaps", params={"since": "all"}).json()["total"] == 3  # the operator's key sees all
+    assert client.get("/v1/gaps", params={"since": "all"}).json()["total"] == 5  # the operator's key sees all
+
+
+def test_the_asker_s_groups_are_recorded_and_old_questions_expire(make_client: MakeClient) -> None:
+    client = make_client()
+    client.post("/v1/ask", json={"question": "What is the capital of Peru?"}, headers=READER)
+    client.post("/v1/ask", json={"question": "What is the capital of Peru?"})
+    assert [(a.user, a.groups) for a in stored(client)] == [("key 2", ""), ("key 1", "*")]
+    services: Services = client.app.state.services  # type: ignore[attr-defined]
+    assert services.unanswered is not None
+    services.unanswered.record(Asked("Ancient?", "refused", created_at="2000-01-01T00:00:00+00:00"))
+    services.unanswered.record(Asked("Recent?", "refused", groups=""))
+    assert "Ancient?" not in [a.question for a in stored(client)] and len(stored(client)) == 3
+
+
+def test_a_table_from_before_the_asker_s_groups_gets_the_column(tmp_path: Path) -> None:
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'old.db'}")
+    with engine.begin() as connection:
+        connection.execute(sa.text('CREATE TABLE rag_unanswered (id INTEGER PRIMARY KEY, question TEXT NOT NULL, '
+                                   'reason VARCHAR(20) NOT NULL, "user" VARCHAR(200) NOT NULL, channel VARCHAR(20) '
+                                   'NOT NULL, source TEXT NOT NULL, doc_id VARCHAR(200) NOT NULL, '
+                                   'created_at VARCHAR(40) NOT NULL)'))
+        connection.execute(sa.text("INSERT INTO rag_unanswered VALUES (1, 'Old?', 'refused', '', 'api', '', '', "
+                                   f"'{(datetime.now(UTC) - timedelta(minutes=1)).isoformat(timespec='seconds')}')"))
+    store = UnansweredStore(engine)
+    store.record(Asked("New?", "refused", groups="|hr|"))
+    assert [(a.question, a.groups) for a in store.since()] == [("Old?", None), ("New?", "|hr|")]

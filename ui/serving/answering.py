@@ -10,7 +10,7 @@ from typing import Literal
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from rag.access import Principal
+from rag.access import Principal, groups_label
 from rag.answer import Answer, Done, Event
 from rag.gaps import Asked, Reason
 from rag.llm import Stop
@@ -54,7 +54,7 @@ async def answer_stream(services: Services, principal: Principal, question: str,
                     yield event
         finally:  # after Done went out (the database costs the reader nothing), even if the reader left at once
             if done:
-                record_unanswered(services, question, done[0], principal.name, channel)
+                record_unanswered(services, question, done[0], principal, channel)
 
     return await AnswerStream.open(services, start)
 
@@ -66,7 +66,8 @@ def unanswered_reason(answer: Answer, escalate_below: float) -> Reason | None:
     return "escalated" if needs_human(answer, escalate_below) else None
 
 
-def record_unanswered(services: Services, question: str, answer: Answer, user: str, channel: Channel) -> None:
+def record_unanswered(services: Services, question: str, answer: Answer, principal: Principal,
+                      channel: Channel) -> None:
     """Keep a refused or escalated question for the gap report (in the engine's thread); a database that fails
     costs the record, never the answer."""
     reason = unanswered_reason(answer, services.settings.escalate_below)
@@ -74,8 +75,9 @@ def record_unanswered(services: Services, question: str, answer: Answer, user: s
         return
     top = answer.sources[0].hit if answer.sources else None
     # The standalone question: a follow-up ("and on Windows?") means nothing without its conversation.
-    asked = Asked(question=answer.standalone_question or question, reason=reason, user=user, channel=channel,
-                  source=top.source if top else "", doc_id=top.doc_id if top else "")
+    asked = Asked(question=answer.standalone_question or question, reason=reason, user=principal.name,
+                  channel=channel, source=top.source if top else "", doc_id=top.doc_id if top else "",
+                  groups=groups_label(principal))
     try:
         services.unanswered.record(asked)
     except SQLAlchemyError as exc:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from rag.access import Principal
+from rag.access import Principal, asked_within
 from rag.gaps import Asked, GapReport, find_gaps, since_iso
 from rag.unanswered import load_asked
 from ui.serving.documents import require_admin, visible_documents
@@ -13,7 +13,8 @@ from ui.serving.services import Services
 
 def gap_report(services: Services, principal: Principal, since: datetime | None, min_count: int = 1) -> GapReport:
     """Topics of the questions asked since `since` that were refused, escalated or rated down (admins; questions
-    whose best-matching document the admin may not see are left out, as their ratings are)."""
+    whose best-matching document the admin may not see are left out, as their ratings are, and so are questions
+    asked by someone holding groups the admin lacks)."""
     require_admin(principal, "reading the gap report")
     created_after = since_iso(since)
     asked = load_asked(services.unanswered, services.feedback, created_after)
@@ -27,4 +28,5 @@ def _visible(services: Services, principal: Principal, asked: list[Asked]) -> li
     doc_ids, sources = {entry.doc_id for entry in entries}, {entry.source for entry in entries}
     # A question that matched no document at all tells of no document: it stays.
     return [item for item in asked if (item.doc_id in doc_ids if item.doc_id else
-                                       not item.source or item.source in sources)]
+                                       not item.source or item.source in sources)
+            and (item.reason == "thumbs_down" or asked_within(item.groups, principal))]
