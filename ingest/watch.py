@@ -4,6 +4,7 @@ run (same plan, manifest, lock, journal and bad-input rules): one sync once a bu
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 import time
@@ -58,6 +59,22 @@ class Relevant:
         if change == Change.deleted:  # a folder or a document: nothing left to tell which
             return True
         return path.is_dir() or is_supported(path) or path.name.endswith(SIDECAR_SUFFIX)
+
+
+def watched_folders(roots: Sequence[Path]) -> list[Path]:
+    """Every folder a sync of the roots reads, each once: not hidden ones, and none reached through a symbolic
+    link that leads out of its root (a link to /usr would cost thousands of inotify watches for nothing)."""
+    folders: dict[str, Path] = {}
+    for root in roots:
+        real_root = root.resolve()
+        for current, dirs, _ in os.walk(real_root, followlinks=True):
+            real = os.path.realpath(current)
+            if real in folders or not Path(real).is_relative_to(real_root):
+                dirs.clear()
+                continue
+            folders[real] = Path(real)
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+    return sorted(folders.values())
 
 
 class _StopCheck(NoProgress):
@@ -115,13 +132,21 @@ class Watcher:
     def run(self) -> None:
         """Watch until stopped: one sync after each burst of changes, once the folders were quiet for
         RAG_WATCH_DEBOUNCE_MS; raises FolderGone when a folder disappears."""
-        quiet = self.settings.watch_debounce_ms / 1000
         pending: set[FileChange] = set()
-        first = last = 0.0
-        changes_of = watch(*self.paths, watch_filter=Relevant(self.paths, self.settings.index_dir),
+        while not self.stop.is_set():
+            folders = watched_folders(self.paths)
+            pending = self._watch(folders, pending)
+
+    def _watch(self, folders: list[Path], pending: set[FileChange]) -> set[FileChange]:
+        """Watch these folders (each on its own, never through a link out of the roots) and sync after bursts,
+        until stopped or a sync finds the folders changed; returns what is still to sync then (a new folder's
+        files may have come before its watch: the next round syncs once more)."""
+        quiet = self.settings.watch_debounce_ms / 1000
+        first = last = time.monotonic()
+        changes_of = watch(*folders, watch_filter=Relevant(self.paths, self.settings.index_dir),
                            debounce=self.settings.watch_debounce_ms, step=50, stop_event=self.stop,
                            rust_timeout=max(50, self.settings.watch_debounce_ms // 4), yield_on_timeout=True,
-                           raise_interrupt=False)
+                           raise_interrupt=False, recursive=False)
         for changes in changes_of:
             self._check_folders()
             now = time.monotonic()
@@ -137,6 +162,9 @@ class Watcher:
             plan, report = self.sync()
             self._print(plan, report, before, failed_before, time.perf_counter() - started)
             pending = set()
+            if watched_folders(self.paths) != folders:
+                return {(Change.added, str(self.paths[0]))}  # sync again once the new folders are watched
+        return pending
 
     def _print(self, plan: Plan, report: Report, before: int | None, failed_before: dict[str, str],
                seconds: float) -> None:

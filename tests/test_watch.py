@@ -3,7 +3,9 @@ the manifest, Chroma and the keyword index checked to agree after every change."
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 import shutil
 import signal
 import subprocess
@@ -266,4 +268,33 @@ def test_a_file_whose_error_looks_like_markup_does_not_stop_the_watcher(
            lambda: f"alpha.md is still {_label(settings, 'alpha.md')}:\n{watcher.output}")
     assert '[/x] b"' in watcher.output and "MarkupError" not in watcher.output
     assert watcher.process.poll() is None
+    assert watcher.stop(signal.SIGTERM) == 0, watcher.output
+
+
+def _inotify_watches(pid: int) -> int:
+    """How many inotify watches a process holds (its inotify descriptors' fdinfo lists one line per watch)."""
+    total = 0
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            if "inotify" in os.readlink(fd):
+                total += Path(f"/proc/{pid}/fdinfo/{fd.name}").read_text().count("inotify wd:")
+    return total
+
+
+def test_a_link_out_of_the_folder_is_not_watched(settings: Settings, docs: Path, tmp_path: Path,
+                                                 watching: Callable[[], Watching]) -> None:
+    """A symbolic link to a large tree outside the folder: neither synced (the scan refuses it) nor watched."""
+    outside = tmp_path / "outside"
+    for n in range(300):
+        (outside / f"d{n}").mkdir(parents=True)
+    (docs / "alpha.md").write_text(_doc("alpha"))
+    (docs / "team").mkdir()
+    (docs / "team" / "elsewhere").symlink_to(outside, target_is_directory=True)
+    watcher = watching()
+    watcher.wait_for("watching")
+    assert _inotify_watches(watcher.process.pid) < 20
+    (docs / "team" / "beta.md").write_text(_doc("beta"))  # a folder inside is still watched
+    (docs / "new").mkdir()
+    (docs / "new" / "gamma.md").write_text(_doc("gamma"))  # and so is one made while watching
+    assert set(converge(settings, docs)) == {"alpha.md", "team/beta.md", "new/gamma.md"}
     assert watcher.stop(signal.SIGTERM) == 0, watcher.output
