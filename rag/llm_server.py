@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import json
 import os
 import signal
@@ -179,6 +180,7 @@ class ServerRecord:
     model_path: str
     log: str
     started_at: float  # seconds since the epoch
+    start_ticks: int = 0  # the process's start time since boot (/proc/PID/stat): a reused pid has another; 0: unknown
 
     def as_json(self) -> dict[str, object]:
         """The record as a JSON object."""
@@ -208,7 +210,7 @@ def record_path(settings: Settings) -> Path:
 def write_record(settings: Settings, process: subprocess.Popen[bytes], log_path: Path) -> ServerRecord:
     """Record a server just started (written atomically: a reader never sees half a file)."""
     record = ServerRecord(process.pid, settings.llm_base_url, settings.llm_model, str(settings.served_model_path),
-                          str(log_path), time.time())
+                          str(log_path), time.time(), _start_ticks(process.pid))
     path = record_path(settings)
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}")
@@ -226,20 +228,30 @@ def live_record(settings: Settings) -> ServerRecord | None:
         return None
     except (OSError, ValueError, TypeError):
         record = None
-    if record is not None and is_vllm_process(record.pid):
+    if record is not None and is_vllm_process(record.pid, record.start_ticks):
         return record
     path.unlink(missing_ok=True)
     return None
 
 
-def is_vllm_process(pid: int) -> bool:
-    """Whether pid is a running (not zombie) vLLM server: a pid reused by another program does not count."""
+def is_vllm_process(pid: int, start_ticks: int = 0) -> bool:
+    """Whether pid is a running (not zombie) vLLM server started as `rag llm` starts it (python -m the API server
+    module), and, given its start time, the very process recorded: a pid reused by another program does not count."""
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except (OSError, IndexError):
         return False
-    return state != "Z" and b"vllm.entrypoints.openai.api_server" in command
+    # `-m module` as a pair of arguments (interpreter options may come before it), not the name anywhere.
+    started_as = any(pair == (b"-m", b"vllm.entrypoints.openai.api_server") for pair in itertools.pairwise(command))
+    return fields[0] != "Z" and started_as and (not start_ticks or int(fields[19]) == start_ticks)
+
+
+def _start_ticks(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 def server_status(settings: Settings) -> ServerStatus:
@@ -269,14 +281,30 @@ def stop_llm_server(settings: Settings, grace_s: float = 30.0) -> ServerRecord |
             raise ConfigError(f"an LLM server answers at {settings.llm_base_url}, but `rag llm` did not start it "
                               f"(no record at {record_path(settings)}): stop it where it was started")
         return None
-    _signal_group(record.pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while is_vllm_process(record.pid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if is_vllm_process(record.pid):
-        _signal_group(record.pid, signal.SIGKILL)
+    stop_group(record.pid, grace_s)
     record_path(settings).unlink(missing_ok=True)
     return record
+
+
+def stop_group(pid: int, grace_s: float = 30.0) -> None:
+    """SIGTERM to the server's process group, then SIGKILL to whatever of it is left after grace_s: vLLM's engine
+    process can outlive the API server that leads the group."""
+    _signal_group(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while _group_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if _group_alive(pid):
+        _signal_group(pid, signal.SIGKILL)
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether any process of the group still runs (zombies of the leader do not count)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                return True
+    return False
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

@@ -23,6 +23,7 @@ from rag.llm_server import (
     record_path,
     server_status,
     start_llm_server,
+    stop_group,
     stop_llm_server,
     wait_until_healthy,
     write_record,
@@ -109,6 +110,8 @@ def _run_llm(settings: Settings, detach: bool, wait: bool) -> None:
     if not wait:
         err.print("it starts in the background: `rag llm --detach` waits for it, `rag llm --stop` stops it")
         return
+    # SIGTERM while vLLM still loads (a supervisor stopping us) stops it too: it runs in a session of its own.
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         with err.status("waiting for /health…") as status:
             wait_until_healthy(settings, process, log,
@@ -123,12 +126,15 @@ def _run_llm(settings: Settings, detach: bool, wait: bool) -> None:
     _serve_in_foreground(settings, started)
 
 
+def _terminated(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # unwinds like Ctrl-C: the server's whole process group is stopped
+
+
 def _serve_in_foreground(settings: Settings, process: subprocess.Popen[bytes]) -> None:
-    signal.signal(signal.SIGTERM, lambda *_: process.terminate())
     try:
         code = process.wait()
     except KeyboardInterrupt:
-        process.terminate()
+        stop_group(process.pid)  # the engine process too, not only the API server that leads the group
         code = process.wait(timeout=30)
     record_path(settings).unlink(missing_ok=True)
     sys.exit(code)
