@@ -22,6 +22,10 @@ def test_bad_value_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAG_TOP_K", "0")
     with pytest.raises(ConfigError, match="RAG_TOP_K"):
         load_settings()
+    monkeypatch.delenv("RAG_TOP_K")
+    monkeypatch.setenv("RAG_EMBED_MODEL", "")  # an empty model name, not a model-loading error later
+    with pytest.raises(ConfigError, match="RAG_EMBED_MODEL"):
+        load_settings()
 
 
 def test_bundled_embedder_resolves_to_a_local_folder() -> None:
