@@ -89,9 +89,8 @@ CASES = {"python-faq": EVAL / "python-faq" / "questions.jsonl", "zh": EVAL / "zh
 CROSS_LINGUAL = {"xling-zh-en": True, "xling-en-zh": False}  # dev set → are its questions Chinese
 # The Debian Reference set (data/eval/debref): the same facts asked in both languages over each language's chapters.
 DEBREF = {f"debref-{q}-{docs}": (docs, q) for docs in ("en", "zh") for q in ("en", "zh")}
-for _name, (_docs, _questions) in DEBREF.items():
-    CORPORA[_name] = EVAL / "debref" / "docs" / _docs
-    CASES[_name] = EVAL / "debref" / _docs / f"questions-{_questions}.jsonl"
+CORPORA |= {name: EVAL / "debref" / "docs" / docs for name, (docs, _) in DEBREF.items()}
+CASES |= {name: EVAL / "debref" / docs / f"questions-{q}.jsonl" for name, (docs, q) in DEBREF.items()}
 
 
 @pytest.mark.parametrize("dev_set", sorted(CROSS_LINGUAL))
