@@ -26,18 +26,27 @@ from benchmarks.common import corpus_bytes, faq_pairs, python_docs, recall_at, s
 from ingest import service
 from ingest.runner import warm_parsers
 from rag.access import LOCAL_OPERATOR
-from rag.config import Settings
+from rag.config import BUNDLED_EMBED_MODEL, Settings
 from rag.llm_server import BF16_FLAGS, cpu_flags
 from rag.onnx_embedder import ModelFolder
-from rag.retrieve import Retriever
-from rag.wiring import build_embedder, build_store, embed_backend, embed_dtype, resolve_embed_model
+from rag.wiring import (
+    build_embedder,
+    build_retriever,
+    build_store,
+    embed_backend,
+    embed_dtype,
+    resolve_embed_model,
+    tokenizer_path,
+)
 
 NAN = float("nan")
 
 
-def ours(corpus: Path, work: Path, backend: str = "auto", recall: bool = True) -> dict[str, float]:
+def ours(corpus: Path, work: Path, backend: str = "auto", recall: bool = True,
+         model: str = BUNDLED_EMBED_MODEL) -> dict[str, float]:
     """First ingest, encode()-only on the same texts, unchanged re-run, and recall@3."""
-    settings = Settings(data_dir=work / f"ours-{backend}", embed_backend=backend, _env_file=None)  # type: ignore[call-arg]
+    settings = Settings(data_dir=work / f"ours-{backend}-{len(model)}", embed_backend=backend,  # type: ignore[call-arg]
+                        embed_model=model, _env_file=None)
     warm_parsers().join()  # as in rag-ingest, where the parser server starts while the model loads
     embedder = build_embedder(settings)
     embedder.embed_documents(["warm up the model"] * 8)
@@ -52,7 +61,7 @@ def ours(corpus: Path, work: Path, backend: str = "auto", recall: bool = True) -
     started = time.perf_counter()
     service.sync([corpus], settings, embedder=embedder)
     rerun = time.perf_counter() - started
-    retriever = Retriever(embedder, store)
+    retriever = build_retriever(settings, embedder, store)
     pairs = faq_pairs() if recall else []
     results = [[hit.text for hit in retriever.search(q, 3, LOCAL_OPERATOR)] for q, _ in pairs]
     return {"seconds": first, "chunks": report.chunks, "encode_seconds": encode_only, "rerun_seconds": rerun,
@@ -84,7 +93,7 @@ def whole_processes(corpus: Path, work: Path, backend: str, langchain: bool) -> 
     """Seconds from start to exit of `rag-ingest CORPUS` and of a process running the LangChain ingest, as a user
     runs them: imports, model load and start-up included."""
     env = {**os.environ, "RAG_DATA_DIR": str(work / "process-ours"), "RAG_EMBED_BACKEND": backend,
-           "HF_HUB_OFFLINE": "1"}
+           "RAG_EMBED_MODEL": BUNDLED_EMBED_MODEL, "HF_HUB_OFFLINE": "1"}  # LangChain's model
     started = time.perf_counter()
     subprocess.run([str(Path(sys.executable).parent / "rag-ingest"), str(corpus)], env=env, check=True,
                    stdout=subprocess.DEVNULL)
@@ -104,6 +113,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="data/samples' Markdown, no recall: seconds.")
     parser.add_argument("--backends", default="auto", help="Comma-separated RAG_EMBED_BACKEND values to compare "
                         "in (a)-(c), e.g. auto,torch,onnx-int8 ((d) runs the first).")
+    parser.add_argument("--models", default=BUNDLED_EMBED_MODEL, help="Comma-separated RAG_EMBED_MODEL values to "
+                        "compare in (a)-(c), e.g. bundled:all-MiniLM-L6-v2,"
+                        "bundled:all-MiniLM-L6-v2+bundled:multilingual-e5-small ((b) and (d) run MiniLM).")
     parser.add_argument("--langchain-process", nargs=2, metavar=("CORPUS", "WORK"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.langchain_process:
@@ -115,26 +127,27 @@ def main(argv: list[str] | None = None) -> None:
         name = "data/samples/en *.md" if args.quick else f"python3.11-doc {'+'.join(args.subdirs)}"
         mb = corpus_bytes(corpus) / 1e6
         backends = args.backends.split(",")
-        results = {backend: ours(corpus, work, backend, recall=not args.quick) for backend in backends}
+        results = {(model, backend): ours(corpus, work, backend, not args.quick, model)
+                   for model in args.models.split(",") for backend in backends}
         b = {"seconds": NAN, "chunks": 0, "recall3": NAN} if args.no_langchain \
             else langchain_plain(corpus, work, recall=not args.quick)
         d = whole_processes(corpus, work, backends[0], langchain=not args.no_langchain)
     bf16 = "native bf16" if cpu_flags() & BF16_FLAGS else "no native bf16"
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, {bf16}")
-    for backend, a in results.items():
-        _print(name, mb, backend, a, b)
+    for (model, backend), a in results.items():
+        _print(name, mb, model, backend, a, b)
     print(f"(d) whole processes, start to exit: rag-ingest ({_embedder(backends[0])}) {d['ours']:.1f} s, "
           f"LangChain {d['langchain']:.1f} s: {d['langchain'] / d['ours']:.2f}×  (goal ≥ 2)")
 
 
-def _embedder(backend: str) -> str:
-    settings = Settings(embed_backend=backend, _env_file=None)  # type: ignore[call-arg]
-    chosen = embed_backend(settings, ModelFolder.read(Path(resolve_embed_model(settings.embed_model))))
+def _embedder(backend: str, model: str = BUNDLED_EMBED_MODEL) -> str:
+    settings = Settings(embed_backend=backend, embed_model=model, _env_file=None)  # type: ignore[call-arg]
+    chosen = embed_backend(settings, ModelFolder.read(Path(tokenizer_path(settings.embed_model))))
     return f"{chosen} {'int8' if chosen == 'onnx-int8' else 'float32' if chosen == 'onnx' else embed_dtype(settings)}"
 
 
-def _print(name: str, mb: float, backend: str, a: dict[str, float], b: dict[str, float]) -> None:
-    print(f"-- RAG_EMBED_BACKEND={backend}: {_embedder(backend)}")
+def _print(name: str, mb: float, model: str, backend: str, a: dict[str, float], b: dict[str, float]) -> None:
+    print(f"-- RAG_EMBED_MODEL={model} RAG_EMBED_BACKEND={backend}: {_embedder(backend, model)}")
     print(f"corpus: {name}: {mb:.2f} MB, ours {a['chunks']} chunks (failed {a['failed']}), "
           f"LangChain {b['chunks']} chunks")
     print(f"ours:      {a['seconds']:.1f} s  {mb / a['seconds'] * 60:.2f} MB/min  recall@3 {a['recall3']:.3f}")

@@ -17,7 +17,7 @@ from rag.config import Settings
 from rag.embedder import Embedder
 from rag.errors import IngestBusy
 from rag.index import Index
-from rag.wiring import build_embedder, build_store, collection_name, resolve_embed_model
+from rag.wiring import build_embedder, build_store, collection_name, tokenizer_path
 
 
 def open_manifest(settings: Settings, collection: str | None = None) -> Manifest:
@@ -42,7 +42,7 @@ def ingest_lock(settings: Settings, what: str, deadline: float | None = None) ->
 
 def chunk_spec(settings: Settings, embedder: Embedder) -> ChunkSpec:
     """Chunk sizes from settings, the hard limit from the embedder."""
-    return ChunkSpec(resolve_embed_model(settings.embed_model), settings.chunk_tokens,
+    return ChunkSpec(tokenizer_path(settings.embed_model), settings.chunk_tokens,
                      settings.chunk_overlap_tokens, embedder.max_tokens)
 
 

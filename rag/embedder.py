@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -26,6 +26,13 @@ class Embedder(Protocol):
     def dimension(self) -> int: ...
     def embed_documents(self, texts: Sequence[str]) -> Vectors: ...
     def embed_query(self, text: str) -> Vectors: ...
+
+
+@runtime_checkable
+class CalibratedEmbedder(Protocol):
+    """An embedder whose raw cosines need the question and chunk to be read on one scale (rag.paired_embedder)."""
+
+    def calibrated(self, question: str, text: str, cosine: float) -> float: ...
 
 
 class TorchEmbedder:

@@ -233,9 +233,11 @@ def export(model_dir: Path, dest: Path) -> None:
                           opset_version=17, dynamo=False)
 
 
-if __name__ == "__main__":  # `make setup`: export the configured model now, not during the first ingest
+if __name__ == "__main__":  # `make setup`: prepare the configured model(s) now, not during the first ingest
     from rag.config import Settings
+    from rag.paired_embedder import pair_parts
     from rag.wiring import model_cache_dir, resolve_embed_model
 
-    found = ModelFolder.read(Path(resolve_embed_model(Settings().embed_model)))
-    print(onnx_file(found, model_cache_dir()) if found else "the embedding model runs on torch: nothing to export")
+    for part in pair_parts(Settings().embed_model):
+        found = ModelFolder.read(Path(resolve_embed_model(part)))
+        print(onnx_file(found, model_cache_dir()) if found else f"{part} runs on torch: nothing to export")

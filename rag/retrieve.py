@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Literal, Protocol
 
 from rag.access import AccessPolicy, Principal
-from rag.embedder import Embedder
+from rag.embedder import CalibratedEmbedder, Embedder
 from rag.errors import EmptyIndex
 from rag.index import DenseIndex, Index, KeywordSearch
 from rag.keyword import HAN_CHAR, Admits, KeywordHit, cjk_share
@@ -124,6 +124,7 @@ class Retriever:
     def __init__(self, embedder: Embedder, index: Index, mode: Mode = "hybrid", fusion: Fusion = Fusion(),
                  reranker: Reranker | None = None, policy: AccessPolicy = AccessPolicy()) -> None:
         self._embedder = embedder
+        self._calibrate = embedder.calibrated if isinstance(embedder, CalibratedEmbedder) else None
         self._dense: DenseIndex = index.dense
         self._keyword: KeywordSearch | None = index.keyword
         self.mode: Mode = mode if index.keyword is not None else "dense"
@@ -170,11 +171,19 @@ class Retriever:
                                                                                       principal)
         look_ahead = self._look_ahead(n, admits)
         if self.mode == "dense" or self._keyword is None:
-            return self._dense.search(query, n, where, admits, *look_ahead)
+            return self._calibrated(question, self._dense.search(query, n, where, admits, *look_ahead))
         dense = self._dense.search(query, n, where, admits, *look_ahead) if self.mode == "hybrid" else []
         keyword = self._keyword.search(question, n, include=[hit.chunk_id for hit in dense], admits=admits)
         seen = {hit.chunk_id for hit in dense}
         extra = self._dense.fetch([hit.chunk_id for hit in keyword if hit.chunk_id not in seen], query, admits)
+        dense, extra = self._calibrated(question, dense), self._calibrated(question, extra)
         weight = self.fusion.dense_share(question, keyword) if self.mode == "hybrid" else 0.0
         return fuse(dense, keyword, extra, weight)
 
+    def _calibrated(self, question: str, hits: list[Hit]) -> list[Hit]:
+        """The hits' cosines on the embedder's common scale, best first (unchanged for a single model)."""
+        if self._calibrate is None:
+            return hits
+        calibrate = self._calibrate
+        rescored = [replace(hit, score=round(calibrate(question, hit.text, hit.score), 6)) for hit in hits]
+        return sorted(rescored, key=lambda hit: hit.score, reverse=True)

@@ -23,6 +23,7 @@ from rag.keyword_pg import PgKeywordIndex
 from rag.llm import LLM
 from rag.llm_server import BF16_FLAGS, cpu_flags
 from rag.onnx_embedder import ModelFolder, load_onnx_embedder, onnx_file
+from rag.paired_embedder import PAIR_SEPARATOR, PairedEmbedder, pair_parts
 from rag.rerank import CrossEncoderReranker
 from rag.retrieve import Fusion, Retriever
 from rag.sanitize import LinkPolicy
@@ -75,10 +76,28 @@ def embed_dtype(settings: Settings) -> str:
     return "bfloat16" if native else "float32"
 
 
+def tokenizer_path(name: str) -> str:
+    """The model whose tokenizer sizes chunks: the first of a pair (its chunks are then those it alone made)."""
+    return resolve_embed_model(pair_parts(name)[0])
+
+
 def build_embedder(settings: Settings) -> Embedder:
     """Load the Sentence-BERT model named by RAG_EMBED_MODEL (no network: the hub is never asked) on the backend
-    RAG_EMBED_BACKEND picks."""
+    RAG_EMBED_BACKEND picks; `first+second` loads both as one PairedEmbedder."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    parts = pair_parts(settings.embed_model)
+    if len(parts) == 1:
+        return _checked(settings, _single_embedder(settings))
+    if len(parts) != 2 or not all(parts):
+        raise ConfigError(f"RAG_EMBED_MODEL={settings.embed_model!r}: a pair is two model names joined by "
+                          f"{PAIR_SEPARATOR!r}")
+    first, second = (_single_embedder(settings.model_copy(update={"embed_model": part})) for part in parts)
+    shares = settings.tuning
+    return _checked(settings, PairedEmbedder(first, second, settings.embed_model, shares.pair_share,
+                                             shares.pair_share_cjk))
+
+
+def _single_embedder(settings: Settings) -> Embedder:
     path = resolve_embed_model(settings.embed_model)
     folder = ModelFolder.read(Path(path))
     try:
@@ -92,6 +111,10 @@ def build_embedder(settings: Settings) -> Embedder:
         raise
     except Exception as exc:
         raise ConfigError(f"cannot load embedding model {settings.embed_model!r} ({path}): {exc}") from exc
+    return embedder
+
+
+def _checked(settings: Settings, embedder: Embedder) -> Embedder:
     if settings.chunk_tokens > embedder.max_tokens:
         raise ConfigError(
             f"RAG_CHUNK_TOKENS={settings.chunk_tokens} exceeds what {settings.embed_model} reads "

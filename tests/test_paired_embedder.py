@@ -1,0 +1,101 @@
+"""The paired embedder: both models' vectors stored side by side, each question weighed by its language."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from rag.config import BUNDLED_PAIR_MODEL, Settings
+from rag.embedder import Vectors
+from rag.errors import ConfigError
+from rag.paired_embedder import CHINESE_AT, PairedEmbedder, first_weight, pair_parts
+from rag.wiring import build_embedder, resolve_embed_model, tokenizer_path
+
+
+class TableEmbedder:
+    """Fixed unit vectors per text, counting the questions it embedded."""
+
+    def __init__(self, table: dict[str, list[float]], max_tokens: int = 250) -> None:
+        self.table = {text: np.asarray(v, dtype=np.float32) / np.linalg.norm(v) for text, v in table.items()}
+        self.name, self.batch_size, self.max_tokens = "table", 8, max_tokens
+        self.dimension = len(next(iter(table.values())))
+        self.queries = 0
+
+    def embed_documents(self, texts: Sequence[str]) -> Vectors:
+        return np.stack([self.table[text] for text in texts])
+
+    def embed_query(self, text: str) -> Vectors:
+        self.queries += 1
+        return self.table[text]
+
+
+def _cos(a: Vectors, b: Vectors) -> float:
+    return float(a @ b)
+
+
+def test_english_chunk_cosine_calibrates_to_the_share_weighted_mean_of_both_models() -> None:
+    first = TableEmbedder({"doc": [1.0, 0.0], "How?": [0.6, 0.8]}, max_tokens=254)
+    second = TableEmbedder({"doc": [0.0, 1.0, 0.0], "How?": [0.0, 0.28, 0.96]}, max_tokens=510)
+    pair = PairedEmbedder(first, second, "a+b", first_share=0.75)
+    doc = pair.embed_documents(["doc"])[0]
+    query = pair.embed_query("How?")
+    assert doc.shape == (6,) and pair.dimension == 6 and pair.max_tokens == 254 and pair.batch_size == 8
+    assert math.isclose(float(np.linalg.norm(doc)), 1.0, rel_tol=1e-6)
+    assert math.isclose(float(np.linalg.norm(query)), 1.0, rel_tol=1e-6)
+    scale = 1 / (math.sqrt(2) * math.sqrt(0.75**2 + 0.25**2))
+    assert math.isclose(_cos(doc, query), (0.75 * 0.6 + 0.25 * 0.28) * scale, rel_tol=1e-5)
+    assert math.isclose(pair.calibrated("How?", "doc", _cos(doc, query)), 0.75 * 0.6 + 0.25 * 0.28, rel_tol=1e-5)
+
+
+def test_chinese_chunks_and_chinese_questions_are_scored_by_the_second_model_alone() -> None:
+    texts = ("安装软件包的文档", "怎么安装软件包", "How to install?")
+    first = TableEmbedder(dict(zip(texts, ([1.0, 0.0], [1.0, 0.0], [1.0, 0.0]), strict=True)))
+    second = TableEmbedder(dict(zip(texts, ([0.6, 0.8], [0.8, 0.6], [0.0, 1.0]), strict=True)))
+    pair = PairedEmbedder(first, second, "a+b", first_share=0.5, first_share_cjk=0.0)
+    assert pair.share("怎么安装软件包") == 0.0 and pair.share("How do I install it?") == 0.5
+    assert first_weight("安装软件包的文档") == 0.0 and first_weight("doc") == 1.0
+    assert CHINESE_AT == 0.2 and first_weight("apt-get install 安装") == pytest.approx(1 / 3)  # 2 Han of 15
+    doc = pair.embed_documents(["安装软件包的文档"])[0]
+    assert math.isclose(float(np.linalg.norm(doc)), 1.0, rel_tol=1e-6) and np.all(doc[:2] == 0)
+    query = pair.embed_query("怎么安装软件包")
+    assert first.queries == 0 and second.queries == 1  # a model whose share is 0 is not run
+    assert math.isclose(pair.calibrated("怎么安装软件包", "安装软件包的文档", _cos(doc, query)), 0.96, rel_tol=1e-5)
+    # An English question over a Chinese chunk: MiniLM's identical vectors do not count, e5's cosine does.
+    english = pair.embed_query("How to install?")
+    assert math.isclose(pair.calibrated("How to install?", "安装软件包的文档", _cos(doc, english)), 0.8, rel_tol=1e-5)
+
+
+def test_share_outside_zero_to_one_is_refused() -> None:
+    one = TableEmbedder({"x": [1.0]})
+    for share in (1.0, 1.5, -0.1):
+        with pytest.raises(ValueError, match="at least 0 and below 1"):
+            PairedEmbedder(one, one, "a+b", first_share=share)
+
+
+def test_pair_names_and_the_chunking_tokenizer() -> None:
+    assert pair_parts(BUNDLED_PAIR_MODEL) == ["bundled:all-MiniLM-L6-v2", "bundled:multilingual-e5-small"]
+    assert pair_parts("only/one") == ["only/one"]
+    # Chunks are cut by the first model's tokenizer: an English corpus is chunked exactly as MiniLM alone cut it.
+    assert tokenizer_path(BUNDLED_PAIR_MODEL) == resolve_embed_model("bundled:all-MiniLM-L6-v2")
+
+
+@pytest.mark.parametrize("name", ["a+b+c", "bundled:all-MiniLM-L6-v2+", "+b"])
+def test_a_malformed_pair_is_a_config_error_naming_the_variable(name: str) -> None:
+    with pytest.raises(ConfigError, match="RAG_EMBED_MODEL"):
+        build_embedder(Settings(_env_file=None, embed_model=name))  # type: ignore[call-arg]
+
+
+def test_bundled_pair_loads_both_models_and_ranks_across_languages() -> None:
+    """The real pair: an English and a Chinese question each find their passage among passages in both languages."""
+    pair = build_embedder(Settings(_env_file=None, embed_model=BUNDLED_PAIR_MODEL))  # type: ignore[call-arg]
+    assert isinstance(pair, PairedEmbedder) and pair.dimension == 769 and pair.max_tokens >= 250
+    docs = ["Debian was founded by Ian Murdock in August 1993.", "Bananas are rich in potassium.",
+            "apt 从配置的软件源下载并安装软件包。", "香蕉富含钾元素。"]
+    vectors = pair.embed_documents(docs)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=0.01)
+    assert int(np.argmax(vectors @ pair.embed_query("Who started the Debian project?"))) == 0
+    assert int(np.argmax(vectors @ pair.embed_query("如何用 apt 安装软件包？"))) == 2
+    assert int(np.argmax(vectors[:2] @ pair.embed_query("哪种水果含钾？"))) == 1  # Chinese question, English text
