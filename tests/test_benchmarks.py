@@ -22,6 +22,8 @@ from tests.conftest import REPO, free_port
 QUICK = {
     "access_latency": ["variant", "hybrid 3 groups", "worst filtered/unfiltered p50 ratio: ", "access violations"],
     "calibrate_refusal": ["answerable: 20 questions", "off-topic:  10 questions", "threshold "],
+    "query_overhead": ["400 chunks, 10 questions x 1 rounds", "bundled:all-MiniLM-L6-v2: p50 ",
+                       "bundled:all-MiniLM-L6-v2+bundled:multilingual-e5-small ÷ bundled:all-MiniLM-L6-v2: p50 "],
     "regroup_cost": ["file", "systemd-uids-gids.md "],
     "retrieval_latency": ["mode", "dense ", "hybrid ", "hybrid / dense: p50 "],
     "tune_fusion": ["embedder ", "  share 0.0: @1 ", "  share 1.0: @1 "],

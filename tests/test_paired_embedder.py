@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from ingest import service
+from rag.access import LOCAL_OPERATOR
 from rag.config import BUNDLED_PAIR_MODEL, Settings
 from rag.embedder import Vectors
 from rag.errors import ConfigError
 from rag.paired_embedder import CHINESE_AT, PairedEmbedder, first_weight, pair_parts
-from rag.wiring import build_embedder, resolve_embed_model, tokenizer_path
+from rag.wiring import build_embedder, build_retriever, build_store, resolve_embed_model, tokenizer_path
 
 
 class TableEmbedder:
@@ -99,3 +102,25 @@ def test_bundled_pair_loads_both_models_and_ranks_across_languages() -> None:
     assert int(np.argmax(vectors @ pair.embed_query("Who started the Debian project?"))) == 0
     assert int(np.argmax(vectors @ pair.embed_query("如何用 apt 安装软件包？"))) == 2
     assert int(np.argmax(vectors[:2] @ pair.embed_query("哪种水果含钾？"))) == 1  # Chinese question, English text
+
+
+def test_pair_through_chroma_and_the_retriever_keeps_one_score_scale(tmp_path: Path) -> None:
+    """Real ingest into Chroma with the pair: each language's question finds its passage, and the calibrated dense
+    cosine of a Chinese chunk equals e5's own cosine (the retriever undoes the stored layout's scaling)."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "apt.md").write_text("# 软件包\n\napt 从配置的软件源下载并安装软件包，并自动处理依赖关系。\n",
+                                 encoding="utf-8")
+    (docs / "founding.md").write_text("# History\n\nDebian was founded by Ian Murdock in August 1993.\n",
+                                      encoding="utf-8")
+    settings = Settings(_env_file=None, data_dir=tmp_path / "data", embed_model=BUNDLED_PAIR_MODEL)  # type: ignore[call-arg]
+    pair = build_embedder(settings)
+    service.sync([docs], settings, embedder=pair)
+    retriever = build_retriever(settings, pair, build_store(settings))
+    chinese = retriever.search("apt 如何安装软件包？", 2, LOCAL_OPERATOR)
+    english = retriever.search("Who founded Debian?", 2, LOCAL_OPERATOR)
+    assert chinese[0].source == "apt.md" and english[0].source == "founding.md"
+    assert isinstance(pair, PairedEmbedder)
+    e5 = pair._second
+    own = float(e5.embed_documents([chinese[0].text])[0] @ e5.embed_query("apt 如何安装软件包？"))
+    assert chinese[0].extra["dense"] == pytest.approx(own, abs=0.02)
