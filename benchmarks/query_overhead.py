@@ -18,11 +18,10 @@ import argparse
 import os
 import platform
 import tempfile
-import time
 from pathlib import Path
 
 from benchmarks.access_latency import ensure_collection, faq_passages, questions
-from rag.access import LOCAL_OPERATOR
+from benchmarks.retrieval_latency import alternating_times
 from rag.config import BUNDLED_EMBED_MODEL, BUNDLED_PAIR_MODEL, Settings
 from rag.evaluate import percentiles
 from rag.llm_server import BF16_FLAGS, cpu_flags
@@ -45,18 +44,7 @@ def retriever_for(model: str, data_dir: Path, total: int, unique: int) -> Retrie
 
 def measure(retrievers: dict[str, Retriever], asked: list[str], rounds: int) -> dict[str, dict[str, float]]:
     """Milliseconds per retrieval of each model over the questions: p50 / p90 / p99."""
-    for question in asked[:10]:  # warm caches (HNSW pages, jieba, tokenizers)
-        for retriever in retrievers.values():
-            retriever.search(question, TOP_K, LOCAL_OPERATOR)
-    times: dict[str, list[float]] = {model: [] for model in retrievers}
-    for round_ in range(rounds):
-        for i, question in enumerate(asked):
-            order = list(retrievers) if (i + round_) % 2 == 0 else list(reversed(retrievers))
-            for model in order:
-                started = time.perf_counter()
-                retrievers[model].search(question, TOP_K, LOCAL_OPERATOR)
-                times[model].append((time.perf_counter() - started) * 1000)
-    return {model: _p90(values) for model, values in times.items()}
+    return {model: _p90(values) for model, values in alternating_times(retrievers, asked, rounds).items()}
 
 
 def _p90(values: list[float]) -> dict[str, float]:

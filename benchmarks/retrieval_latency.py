@@ -44,6 +44,21 @@ def timed(retriever: Retriever, question: str) -> float:
     return (time.perf_counter() - started) * 1000
 
 
+def alternating_times(retrievers: dict[str, Retriever], asked: list[str], rounds: int) -> dict[str, list[float]]:
+    """Milliseconds per retrieval of each retriever, run back to back per question, the order rotating (after
+    warming the caches: HNSW pages, jieba, tokenizers)."""
+    for question in asked[:10]:
+        for retriever in retrievers.values():
+            retriever.search(question, TOP_K, LOCAL_OPERATOR)
+    times: dict[str, list[float]] = {name: [] for name in retrievers}
+    for round_ in range(rounds):
+        for i, question in enumerate(asked):
+            order = list(retrievers) if (i + round_) % 2 == 0 else list(reversed(retrievers))
+            for name in order:
+                times[name].append(timed(retrievers[name], question))
+    return times
+
+
 def measure(settings: Settings, asked: list[str], rounds: int, embedder: Embedder | None = None) -> None:
     """Time both modes over the questions and print the table and the ratios."""
     embedder, store = embedder or build_embedder(settings), build_store(settings)
@@ -52,16 +67,7 @@ def measure(settings: Settings, asked: list[str], rounds: int, embedder: Embedde
     started = time.perf_counter()
     modes["hybrid"].warm()
     print(f"{chunks} chunks in {settings.data_dir}; keyword index loaded in {time.perf_counter() - started:.1f} s")
-    for question in asked[:10]:  # warm caches (HNSW pages, jieba, tokenizer)
-        for retriever in modes.values():
-            retriever.search(question, TOP_K, LOCAL_OPERATOR)
-    times: dict[str, list[float]] = {mode: [] for mode in modes}
-    for round_ in range(rounds):
-        for i, question in enumerate(asked):
-            order = list(modes) if (i + round_) % 2 == 0 else list(reversed(modes))
-            for mode in order:
-                times[mode].append(timed(modes[mode], question))
-    stats = {mode: percentiles(values) for mode, values in times.items()}
+    stats = {mode: percentiles(values) for mode, values in alternating_times(modes, asked, rounds).items()}
     print(f"{len(asked)} questions x {rounds} rounds, top-{TOP_K}")
     print(f"{'mode':<8}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}")
     for mode, row in stats.items():
