@@ -166,10 +166,10 @@ def ingested(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
 KNOWN_FUSION_LOSSES = {("python-faq", "dense", "@1"), ("python-faq", "dense", "mrr")}
 # Questions in one language over documents in the other: keywords rarely cross languages, and on these test halves
 # (21-22 questions, 18 on the Debian Reference) the pair's dense side alone lands within one or two questions of hybrid
-# either way, in both directions: HNSW's approximate search alone moved dense-only recall@3 of the English questions
-# over the Chinese samples between two ingests of the same corpus (0.81, 0.86; hybrid 0.76 both times). The tune halves
-# prefer fusion there (English questions over the Chinese samples: recall@3 0.77 at dense weight 0.8, 0.64 at 1.0), so
-# these sets are held by their floors and by beating the weaker side, not by the loses-to-neither-side check.
+# either way, in both directions: dense-only recall@3 of the English questions over the Chinese samples moved between
+# two ingests of the same corpus (0.81, 0.86; hybrid 0.76 both times). The tune halves prefer fusion there (English
+# questions over the Chinese samples: recall@3 0.77 at dense weight 0.8, 0.64 at 1.0), so these sets are held by their
+# floors and by beating the weaker side, not by the loses-to-neither-side check.
 CROSS_LINGUAL_SETS = {"xling-zh-en", "xling-en-zh", "debref-zh-en", "debref-en-zh"}
 
 
