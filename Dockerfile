@@ -18,8 +18,7 @@ COPY ui ./ui
 RUN uv sync --frozen --no-dev --no-group bench --no-editable
 
 FROM ${PYTHON_IMAGE} AS runtime
-# /app/.cache: the embedder's ONNX export (made below), and where RAG_EMBED_MODEL=bundled:multilingual-e5-small is
-# converted on first use (~9 s, 470 MB).
+# /app/.cache: the embedders' ONNX exports and the bundled multilingual e5's conversion (~9 s, 470 MB), made below.
 RUN groupadd --system --gid 10001 rag && useradd --system --uid 10001 --gid rag --home-dir /app rag \
     && mkdir -p /data /docs /app/.cache && chown rag:rag /data /docs /app/.cache
 WORKDIR /app
@@ -35,7 +34,7 @@ ENV PATH=/app/.venv/bin:$PATH \
     RAG_DATA_DIR=/data \
     RAG_DOCS_DIR=/docs
 USER rag
-# The CPU embedder's ONNX export (rag/onnx_embedder.py), made once here so that no container makes it at start.
+# Both default embedders prepared (rag/onnx_embedder.py: e5 converted, ONNX exported) once here, never at a start.
 RUN python -m rag.onnx_embedder
 EXPOSE 8000
 HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \

@@ -55,7 +55,8 @@ $(TINY_MODEL_DIR)/config.json: scripts/convert_gguf.py | $(VLLM_VENV)/.synced
 # vLLM starts in the background while the samples are ingested (python -m benchmarks.demo_start measures it).
 demo: setup
 	$(BIN)/rag llm --no-wait
-	$(BIN)/rag-ingest data/samples
+	@# A data/ index built by an earlier default embedder (MiniLM alone) is rebuilt with today's instead of refused.
+	$(BIN)/rag-ingest data/samples || $(BIN)/rag-ingest --reembed data/samples
 	$(BIN)/rag llm --detach
 	$(BIN)/rag ask "$(DEMO_QUESTION)"
 	@echo "Chat UI without sign-in (demo only) at http://127.0.0.1:$(DEMO_PORT)/chat — Ctrl-C stops it."

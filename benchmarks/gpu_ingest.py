@@ -175,7 +175,7 @@ def stages(docs: Path, chroma_url: str, device: str, batch_sizes: Sequence[int],
     from rag.config import Settings
     from rag.keyword import KeywordIndex, tokenize
     from rag.types import Chunk
-    from rag.wiring import build_chroma_client, build_embedder, resolve_embed_model
+    from rag.wiring import build_chroma_client, build_embedder, tokenizer_path
 
     settings = Settings(_env_file=None, embed_device=device, chroma_url=chroma_url)  # type: ignore[call-arg]
     size = corpus_bytes(docs) / MB
@@ -183,7 +183,7 @@ def stages(docs: Path, chroma_url: str, device: str, batch_sizes: Sequence[int],
     out: dict[str, Any] = {"mb": round(size, 2), "files": len(files)}
     loaded: list[Any] = []
     out["parse_s"] = timed(lambda: loaded.extend(SUPPORTED[p.suffix.lower()](p.read_bytes(), p.name) for p in files))
-    count = token_counter(resolve_embed_model(settings.embed_model))
+    count = token_counter(tokenizer_path(settings.embed_model))
     pieces: list[tuple[int, str]] = []
     out["chunk_s"] = timed(lambda: pieces.extend(
         (n, piece.text) for n, doc in enumerate(loaded) for piece in chunk_document(doc, count, 250, 32, 254)))

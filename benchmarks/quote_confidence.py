@@ -18,6 +18,7 @@ from pathlib import Path
 from rag.access import LOCAL_OPERATOR
 from rag.answer import relevant
 from rag.config import load_settings
+from rag.embedder import sentence_encoder
 from rag.evaluate import load_cases
 from rag.extract import extract
 from rag.sentences import question_language
@@ -41,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         if not hits or (case.answerable and not any(case.matches(hit) for hit in hits)):
             continue  # refused by retrieval already, or the passage was not found: no quote can be right
         language = question_language(case.question)
-        quotes = extract(case.question, hits, language, embedder)
+        quotes = extract(case.question, hits, language, sentence_encoder(embedder))
         best[(language, case.answerable)].append(max((quote.score for quote in quotes), default=0.0))
     for (language, answerable), scores in sorted(best.items()):
         shares = "  ".join(f">={floor}: {sum(s >= floor for s in scores) / len(scores):.2f}" for floor in FLOORS)

@@ -91,7 +91,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RAG_", env_file=".env", extra="ignore")
 
     data_dir: Path = Path("./data")
-    embed_model: str = Field(default=BUNDLED_EMBED_MODEL, min_length=1)
+    embed_model: str = Field(default=BUNDLED_PAIR_MODEL, min_length=1)
     embed_device: str = "cpu"
     embed_backend: Literal["auto", "onnx", "onnx-int8", "torch"] = "auto"
     embed_dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"

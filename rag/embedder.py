@@ -35,6 +35,20 @@ class CalibratedEmbedder(Protocol):
     def calibrated(self, question: str, text: str, cosine: float) -> float: ...
 
 
+@runtime_checkable
+class CompositeEmbedder(Protocol):
+    """An embedder made of models, whose `first` one alone ranks an answer's sentences (rag.paired_embedder)."""
+
+    @property
+    def first(self) -> Embedder: ...
+
+
+def sentence_encoder(embedder: Embedder) -> Embedder:
+    """The model that ranks sentences for quotes: a pair's first (the extractive ranking's weights were fitted on
+    MiniLM's cosines, which a pair's mixed scale would shift), else the embedder itself."""
+    return embedder.first if isinstance(embedder, CompositeEmbedder) else embedder
+
+
 class TorchEmbedder:
     """Wraps one SentenceTransformer (on a GPU, or on CPUs with RAG_EMBED_BACKEND=torch)."""
 

@@ -50,6 +50,11 @@ class PairedEmbedder:
         self.first_share, self.first_share_cjk = first_share, first_share_cjk
 
     @property
+    def first(self) -> Embedder:
+        """The first model (MiniLM by default): the one that ranks an answer's sentences."""
+        return self._first
+
+    @property
     def max_tokens(self) -> int:
         """Tokens a chunk may hold: what the shorter-reading model reads."""
         return min(self._first.max_tokens, self._second.max_tokens)

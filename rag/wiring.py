@@ -14,7 +14,7 @@ from rag import filelock
 from rag.answer import QueryEngine
 from rag.collections import CollectionRegistry
 from rag.config import BUNDLED_E5_MODEL, BUNDLED_EMBED_MODEL, Settings
-from rag.embedder import Embedder, TorchEmbedder
+from rag.embedder import Embedder, TorchEmbedder, sentence_encoder
 from rag.errors import ConfigError, StoreInUse, StoreUnavailable
 from rag.feedback import FeedbackStore
 from rag.index import Index, KeywordStore
@@ -285,7 +285,8 @@ def build_engine(settings: Settings, embedder: Embedder | None = None, store: In
     retriever = build_retriever(settings, embedder, store)
     tuning = settings.tuning
     return QueryEngine(retriever, llm or build_llm(settings), settings.top_k, tuning.refusal_threshold,
-                       tuning.refusal_threshold_cjk, settings.answer_mode, embedder, settings.max_answer_tokens,
+                       tuning.refusal_threshold_cjk, settings.answer_mode, sentence_encoder(embedder),
+                       settings.max_answer_tokens,
                        settings.model_languages, LinkPolicy.parse(settings.link_allowlist))
 
 

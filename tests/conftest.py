@@ -15,14 +15,14 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
 import uvicorn
 
 from rag.config import Settings
-from rag.embedder import Embedder, Vectors
+from rag.embedder import CalibratedEmbedder, Embedder, Vectors, sentence_encoder
 from rag.wiring import build_embedder
 from ui.chat import CHAT_DIR
 
@@ -57,6 +57,17 @@ class CountingEmbedder:
         return self.inner.embed_query(text)
 
 
+class CountingCalibratedEmbedder(CountingEmbedder):
+    """A counting wrapper that keeps a pair's calibration (the retriever looks for it on the embedder it holds)."""
+
+    def calibrated(self, question: str, text: str, cosine: float) -> float:
+        return cast(CalibratedEmbedder, self.inner).calibrated(question, text, cosine)
+
+    @property
+    def first(self) -> Embedder:
+        return sentence_encoder(self.inner)
+
+
 # Unit tests get an LLM address where nothing listens: one that reaches a real model by accident (a `make demo`
 # vLLM on the default port, say) fails fast instead of passing slowly and flakily. Integration tests are exempt.
 TRIPWIRE_LLM = "http://127.0.0.1:9/v1"
@@ -80,6 +91,8 @@ def real_embedder() -> Embedder:
 
 @pytest.fixture
 def embedder(real_embedder: Embedder) -> CountingEmbedder:
+    if isinstance(real_embedder, CalibratedEmbedder):
+        return CountingCalibratedEmbedder(real_embedder)
     return CountingEmbedder(real_embedder)
 
 

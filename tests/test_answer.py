@@ -13,6 +13,7 @@ from ingest import service
 from rag.access import LOCAL_OPERATOR as ALL
 from rag.answer import Done, QueryEngine, Retrieved, Token
 from rag.config import Settings
+from rag.embedder import sentence_encoder
 from rag.errors import EmptyIndex, LLMUnavailable
 from rag.evaluate import recheck
 from rag.prompt import CONDENSE_PROMPT, REFUSAL, SYSTEM_PROMPT, Message
@@ -184,7 +185,7 @@ def test_quotes_that_name_none_of_the_things_asked_about_are_refused(docs: Path,
                            "To install a program, open the Software Center and press Install.")
     service.sync([docs], settings, embedder=embedder)
     engine = QueryEngine(Retriever(embedder, build_store(settings)), FakeLLMServer(lambda m: "").llm(), 1, -1.0,
-                         mode="extract", encoder=embedder)
+                         mode="extract", encoder=sentence_encoder(embedder))
     office = engine.ask("How do I install Microsoft Office on Windows?", principal=ALL)
     assert (office.mode, office.answerable) == ("refused", False), office.text
     named = engine.ask("How do I install programs from the Software Center on Debian laptops?", principal=ALL)

@@ -22,7 +22,8 @@ def _chunks(text: str, size: int = 120, overlap: int = 20, headings: tuple[str, 
 
 @pytest.mark.parametrize("backend", ["onnx", "torch"])
 def test_embedder_window_is_minilm_256_minus_specials(backend: str) -> None:
-    embedder = build_embedder(Settings(embed_backend=backend, _env_file=None))  # type: ignore[call-arg,arg-type]
+    embedder = build_embedder(Settings(embed_model="bundled:all-MiniLM-L6-v2", embed_backend=backend,
+                                       _env_file=None))  # type: ignore[call-arg,arg-type]
     assert embedder.max_tokens == 254
     # The parse worker's counter (tokenizers alone) agrees with the tokenizer each backend itself runs.
     assert COUNT("hello world, 你好") == len(_model_tokens(embedder, "hello world, 你好")) == 5

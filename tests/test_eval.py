@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from ingest.parse import ChunkSpec, parse_bytes
-from rag.config import BUNDLED_E5_MODEL, Settings
+from rag.config import BUNDLED_E5_MODEL, BUNDLED_EMBED_MODEL, Settings
 from rag.errors import ConfigError
 from rag.evaluate import Case, evaluate, load_cases, percentiles, suggest_threshold
 from rag.keyword import has_cjk
 from rag.types import Hit
-from rag.wiring import resolve_embed_model
+from rag.wiring import tokenizer_path
 from tests.conftest import REPO, SAMPLES, LLMServer
 
 EVAL = REPO / "data" / "eval"
@@ -71,16 +71,24 @@ def _eval(data_dir: Path, cases: Path, mode: str, model: str = "") -> dict[str, 
     return result
 
 
-# Floors on the test halves (README, "Tune halves and test halves": measured 2026-12-03, torch bf16 vectors, less a
-# margin of about one question for model/library drift and the other CPU backend; a test half of the Chinese set is
-# 20 questions, so one question is 0.05 there).
-FLOORS = {"python-faq": {"@1": 0.76, "@3": 0.92, "mrr": 0.84, "refusal_recall": 0.95, "kept": 0.97},
-          "zh": {"@1": 0.5, "@3": 0.75, "mrr": 0.64, "refusal_recall": 0.9, "kept": 0.85},
-          # Debian Reference, 18 answerable and 4 unanswerable questions per test half (one unanswerable is 0.25).
-          # Kept is low in Chinese (0.56): thresholds fitted on the old sets refuse answerable questions here.
-          "debref-en-en": {"@1": 0.7, "@3": 0.9, "mrr": 0.83, "refusal_recall": 0.5, "kept": 0.9},
-          "debref-zh-zh": {"@1": 0.5, "@3": 0.72, "mrr": 0.62, "refusal_recall": 0.75, "kept": 0.5}}
-# The cross-lingual sets ask in one language over the other language's samples: no floors until the embedder is chosen.
+# Floors on the test halves for the default embedder, the MiniLM + e5 pair (README, "Both bundled embedders as one":
+# measured 2026-12-03, torch bf16 vectors), less a margin of about one question for model/library drift and the
+# other CPU backend (a test half of the Chinese set is 20 questions, so one question is 0.05 there; the Debian
+# Reference's 18 answerable and 4 unanswerable, one unanswerable 0.25). No retrieval refusal is asked of Chinese
+# questions: e5 scores on-topic and off-topic Chinese questions alike, so the answer step refuses them
+# (test_answers_on_a_fixed_sample); instead every answerable one must be kept.
+FLOORS = {"python-faq": {"@1": 0.77, "@3": 0.92, "mrr": 0.84, "refusal_recall": 0.85, "kept": 0.97},
+          "zh": {"@1": 0.55, "@3": 0.75, "mrr": 0.66, "refusal_recall": 0.0, "kept": 0.95},
+          "xling-zh-en": {"@1": 0.13, "@3": 0.36, "mrr": 0.27, "refusal_recall": 0.0, "kept": 0.95},
+          "xling-en-zh": {"@1": 0.42, "@3": 0.71, "mrr": 0.58, "refusal_recall": 0.0, "kept": 0.95},
+          "debref-en-en": {"@1": 0.72, "@3": 0.94, "mrr": 0.83, "refusal_recall": 0.5, "kept": 0.94},
+          "debref-zh-zh": {"@1": 0.61, "@3": 0.77, "mrr": 0.7, "refusal_recall": 0.0, "kept": 0.94},
+          "debref-zh-en": {"@1": 0.5, "@3": 0.55, "mrr": 0.54, "refusal_recall": 0.0, "kept": 0.94},
+          "debref-en-zh": {"@1": 0.33, "@3": 0.5, "mrr": 0.45, "refusal_recall": 0.0, "kept": 0.94}}
+# MiniLM alone (RAG_EMBED_MODEL=bundled:all-MiniLM-L6-v2: a third of the ingest time, English only) keeps its
+# English floors of 2026-12-03, and the pair must hold English within 0.01 of it (issue 28).
+MINILM_FLOORS = {"python-faq": {"@1": 0.76, "@3": 0.92, "mrr": 0.84, "refusal_recall": 0.95, "kept": 0.97},
+                 "debref-en-en": {"@1": 0.7, "@3": 0.9, "mrr": 0.83, "refusal_recall": 0.5, "kept": 0.9}}
 CORPORA = {"python-faq": EVAL / "python-faq" / "docs", "zh": SAMPLES / "zh",
            "xling-zh-en": SAMPLES / "en", "xling-en-zh": SAMPLES / "zh"}
 CASES = {"python-faq": EVAL / "python-faq" / "questions.jsonl", "zh": EVAL / "zh" / "questions.jsonl",
@@ -121,7 +129,7 @@ def test_expected_spans_lie_within_one_chunk(dev_set: str) -> None:
     """Every expected span is inside one chunk as ingest cuts the corpus today (a span across a cut never matches)."""
     settings = Settings()
     # The embedder's hard limit only re-splits a chunk over it; chunk_tokens sits below every model's limit.
-    spec = ChunkSpec(resolve_embed_model(settings.embed_model), settings.chunk_tokens,
+    spec = ChunkSpec(tokenizer_path(settings.embed_model), settings.chunk_tokens,
                      settings.chunk_overlap_tokens, 10**6)
     chunks = [Hit(str(n), piece.text, path.name, 0.0) for path in sorted(CORPORA[dev_set].iterdir())
               for n, piece in enumerate(parse_bytes(path.read_bytes(), path.name, None, spec).pieces)]
@@ -150,11 +158,25 @@ def ingested(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
     return data_dir
 
 
-# Where fusion loses to one side on a test half today (README, "Tune halves and test halves"): on the Debian
-# Reference's Chinese questions MiniLM's dense side (near random in Chinese) costs hybrid two questions at @1 against
-# keyword-only (0.56 vs 0.67, MRR 0.67 vs 0.75; recall@3 ties at 0.78). The tune half prefers the current dense share
-# (0.1) as well, so this is the ranking work of issue 28, not a weight to refit; recall@3 is still gated.
-KNOWN_FUSION_LOSSES = {("debref-zh-zh", "keyword", "@1"), ("debref-zh-zh", "keyword", "mrr")}
+# Where fusion loses to one side on a test half beyond one question's worth today (README, "Both bundled embedders
+# as one"): on the Python FAQ the pair's dense side alone finds two more answers at rank 1 (0.82 vs 0.80, MRR 0.879 vs
+# 0.865; hybrid keeps recall@3, 0.941 vs 0.918). The tune halves of the four English-question sets keep the dense
+# weight at 0.8 (the FAQ's alone would take 0.9, which costs the English questions over Chinese samples 0.05), so it
+# stays named here rather than refitted on the test half.
+KNOWN_FUSION_LOSSES = {("python-faq", "dense", "@1"), ("python-faq", "dense", "mrr")}
+# Questions in one language over documents in the other: keywords rarely cross languages, and on these test halves
+# (21-22 questions, 18 on the Debian Reference) the pair's dense side alone lands within one or two questions of hybrid
+# either way, in both directions: dense-only recall@3 of the English questions over the Chinese samples moved between
+# two ingests of the same corpus (0.81, 0.86; hybrid 0.76 both times). The tune halves prefer fusion there (English
+# questions over the Chinese samples: recall@3 0.77 at dense weight 0.8, 0.64 at 1.0), so these sets are held by their
+# floors and by beating the weaker side, not by the loses-to-neither-side check.
+CROSS_LINGUAL_SETS = {"xling-zh-en", "xling-en-zh", "debref-zh-en", "debref-en-zh"}
+
+
+def _assert_floors(hybrid: dict[str, Any], floor: dict[str, float]) -> None:
+    assert hybrid["recall"]["@1"] >= floor["@1"] and hybrid["recall"]["@3"] >= floor["@3"], hybrid
+    assert hybrid["mrr"] >= floor["mrr"], hybrid
+    assert hybrid["refusal_recall"] >= floor["refusal_recall"] and hybrid["answerable_kept"] >= floor["kept"], hybrid
 
 
 @pytest.mark.slow
@@ -162,21 +184,30 @@ KNOWN_FUSION_LOSSES = {("debref-zh-zh", "keyword", "@1"), ("debref-zh-zh", "keyw
 def test_dev_set_floors_and_hybrid_loses_to_neither_side(dev_set: str, ingested: Callable[..., Path]) -> None:
     data = ingested(dev_set)
     hybrid, dense, keyword = (_eval(data, CASES[dev_set], mode) for mode in ("hybrid", "dense", "keyword"))
-    floor = FLOORS[dev_set]
-    assert hybrid["recall"]["@1"] >= floor["@1"] and hybrid["recall"]["@3"] >= floor["@3"]
-    assert hybrid["mrr"] >= floor["mrr"]
-    assert hybrid["refusal_recall"] >= floor["refusal_recall"] and hybrid["answerable_kept"] >= floor["kept"]
-    # Fusion must not lose to either side beyond one question's worth of noise (with torch bf16 vectors hybrid
-    # ties dense on the Python FAQ at recall@3 0.9415: a tie is fine, a loss is not), and must beat the weaker side.
-    noise = 1.0 / sum(case.answerable for case in load_cases(CASES[dev_set], "test"))
-    for single in (dense, keyword):
+    _assert_floors(hybrid, FLOORS[dev_set])
+    # Fusion must not lose to either side beyond one question's worth of noise (the figures are rounded to four
+    # decimals, hence the 0.001), and must beat the weaker side on MRR without losing to it at recall@3.
+    noise = 1.0 / sum(case.answerable for case in load_cases(CASES[dev_set], "test")) + 0.001
+    for single in () if dev_set in CROSS_LINGUAL_SETS else (dense, keyword):
         for metric in ("@1", "@3"):
             if (dev_set, single["mode"], metric) not in KNOWN_FUSION_LOSSES:
                 assert hybrid["recall"][metric] >= single["recall"][metric] - noise, (metric, hybrid, single)
         if (dev_set, single["mode"], "mrr") not in KNOWN_FUSION_LOSSES:
             assert hybrid["mrr"] >= single["mrr"] - noise, (hybrid, single)
     weaker = min((dense, keyword), key=lambda single: single["recall"]["@3"])
-    assert hybrid["recall"]["@3"] > weaker["recall"]["@3"] and hybrid["mrr"] > weaker["mrr"]
+    assert hybrid["recall"]["@3"] >= weaker["recall"]["@3"] and hybrid["mrr"] > weaker["mrr"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dev_set", sorted(MINILM_FLOORS))
+def test_minilm_alone_and_the_pair_within_a_hundredth_of_it_in_english(dev_set: str,
+                                                                       ingested: Callable[..., Path]) -> None:
+    minilm = _eval(ingested(dev_set, BUNDLED_EMBED_MODEL), CASES[dev_set], "hybrid", BUNDLED_EMBED_MODEL)
+    _assert_floors(minilm, MINILM_FLOORS[dev_set])
+    pair = _eval(ingested(dev_set), CASES[dev_set], "hybrid")
+    for metric in ("@1", "@3"):
+        assert pair["recall"][metric] >= minilm["recall"][metric] - 0.01, (metric, pair, minilm)
+    assert pair["mrr"] >= minilm["mrr"] - 0.01, (pair, minilm)
 
 
 # The bundled multilingual e5 (opt-in: English recall@3 0.87 against MiniLM's 0.94, README) on the sets it is for:
@@ -208,9 +239,10 @@ def fixed_sample(cases: Path, answerable: int, offtopic: int) -> str:
 # Answer floors on the fixed samples (30 answerable + 10 off-topic each), offline model (Qwen2.5-Coder-0.5B): set
 # under the test halves' gold cited of 2026-12-02 (README: 0.50 English, 0.56 Chinese; Qwen refuses some answerable
 # questions and the assistant quotes only when sure). What is shown must always pass the check and speak the
-# question's language.
+# question's language. With the pair (2026-12-03) the Chinese sample's off-topic questions pass retrieval and the
+# answer step refuses them: 8 of 10 (two got an unrelated quote), gold cited 0.70; the floor is one question under.
 ANSWER_FLOORS = {"python-faq": ("en", {"gold_cited": 0.4, "refusal_recall": 0.9}),
-                 "zh": ("zh", {"gold_cited": 0.45, "refusal_recall": 0.8})}
+                 "zh": ("zh", {"gold_cited": 0.45, "refusal_recall": 0.7})}
 
 
 @pytest.mark.slow

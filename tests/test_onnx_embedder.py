@@ -45,13 +45,15 @@ def test_onnx_vectors_equal_torch_float32(model: str) -> None:
 
 @pytest.fixture(scope="module")
 def onnx_float32() -> OnnxEmbedder:
-    embedder = build_embedder(Settings(embed_backend="onnx", _env_file=None))  # type: ignore[call-arg]
+    embedder = build_embedder(Settings(embed_model=BUNDLED_EMBED_MODEL, embed_backend="onnx",
+                                       _env_file=None))  # type: ignore[call-arg]
     assert isinstance(embedder, OnnxEmbedder)
     return embedder
 
 
 def test_int8_stays_close_to_float32(onnx_float32: OnnxEmbedder) -> None:
-    int8 = build_embedder(Settings(embed_backend="onnx-int8", _env_file=None))  # type: ignore[call-arg]
+    int8 = build_embedder(Settings(embed_model=BUNDLED_EMBED_MODEL, embed_backend="onnx-int8",
+                                   _env_file=None))  # type: ignore[call-arg]
     texts = _texts()
     cosines = (int8.embed_documents(texts) * onnx_float32.embed_documents(texts)).sum(axis=1)
     # Measured 0.989 min / 0.994 mean on the Python docs; per-tensor weights fall to ~0.90 / 0.94.

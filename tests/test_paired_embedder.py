@@ -12,10 +12,11 @@ import pytest
 from ingest import service
 from rag.access import LOCAL_OPERATOR
 from rag.config import BUNDLED_PAIR_MODEL, Settings
-from rag.embedder import Vectors
+from rag.embedder import Vectors, sentence_encoder
 from rag.errors import ConfigError
 from rag.paired_embedder import CHINESE_AT, PairedEmbedder, first_weight, pair_parts
-from rag.wiring import build_embedder, build_retriever, build_store, resolve_embed_model, tokenizer_path
+from rag.wiring import build_embedder, build_engine, build_retriever, build_store, resolve_embed_model, tokenizer_path
+from tests.fake_llm import FakeLLMServer
 
 
 class TableEmbedder:
@@ -124,3 +125,15 @@ def test_pair_through_chroma_and_the_retriever_keeps_one_score_scale(tmp_path: P
     e5 = pair._second
     own = float(e5.embed_documents([chinese[0].text])[0] @ e5.embed_query("apt 如何安装软件包？"))
     assert chinese[0].extra["dense"] == pytest.approx(own, abs=0.02)
+
+
+def test_quotes_are_ranked_by_the_pairs_first_model_and_a_single_model_by_itself(tmp_path: Path) -> None:
+    """The extractive ranking's floors were fitted on MiniLM's cosines: the engine wired for a pair gets its first
+    model, not the pair's mixed scale."""
+    first = TableEmbedder({"doc": [1.0, 0.0]})
+    second = TableEmbedder({"doc": [0.0, 1.0]})
+    pair = PairedEmbedder(first, second, "a+b")
+    settings = Settings(data_dir=tmp_path / "data", _env_file=None)  # type: ignore[call-arg]
+    assert sentence_encoder(pair) is first and sentence_encoder(first) is first
+    engine = build_engine(settings, pair, build_store(settings), FakeLLMServer(lambda messages: "").llm())
+    assert engine._encoder is first

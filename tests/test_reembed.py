@@ -16,6 +16,7 @@ from rag.collections import CollectionRegistry
 from rag.config import Settings
 from rag.embedder import Embedder, Vectors
 from rag.errors import ConfigError
+from rag.paired_embedder import PAIR_SEPARATOR, pair_parts
 from rag.wiring import build_chroma_client, build_retriever, build_store, collection_name, resolve_embed_model
 from tests.conftest import CountingEmbedder
 from tests.test_cli import BIN
@@ -39,7 +40,8 @@ def ingested(settings: Settings, docs: Path, write: Callable[[str, str], Path], 
     for name, text in DOCS.items():
         write(name, text)
     service.sync([docs], settings, embedder=real_embedder)
-    return settings.model_copy(update={"embed_model": resolve_embed_model(settings.embed_model)})
+    other = PAIR_SEPARATOR.join(resolve_embed_model(part) for part in pair_parts(settings.embed_model))
+    return settings.model_copy(update={"embed_model": other})
 
 
 def sources(settings: Settings) -> list[str]:

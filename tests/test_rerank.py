@@ -12,7 +12,7 @@ from ingest import service
 from rag.access import LOCAL_OPERATOR
 from rag.config import Settings
 from rag.errors import ConfigError
-from rag.wiring import build_reranker, build_retriever, resolve_embed_model
+from rag.wiring import build_reranker, build_retriever, tokenizer_path
 from tests.conftest import CountingEmbedder
 
 Write = Callable[[str, str | bytes], Path]
@@ -22,7 +22,7 @@ Write = Callable[[str, str | bytes], Path]
 def cross_encoder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    source = resolve_embed_model(Settings(_env_file=None).embed_model)  # type: ignore[call-arg]
+    source = tokenizer_path(Settings(_env_file=None).embed_model)  # type: ignore[call-arg]
     target = tmp_path_factory.mktemp("cross-encoder")
     AutoModelForSequenceClassification.from_pretrained(source, num_labels=1).save_pretrained(target)
     AutoTokenizer.from_pretrained(source).save_pretrained(target)
