@@ -41,6 +41,7 @@ MARGIN_RANK = 5  # the keyword margin compares the best coverage with the fifth 
 FULL_BODY = 120  # a chunk with this much prose (a Han character counting twice) or more has full substance
 PROSE_WIDTH = 30
 _PAGE_NUMBER_END = re.compile(r"(?:\s|\.)\d{1,4}$")  # a table of contents line: "1.1 In the Beginning . . . 1"
+_SENTENCE_END = re.compile(r"[.!?。！？]$")
 
 
 class Reranker(Protocol):
@@ -82,12 +83,18 @@ def overfetch_for(n: int, share: float) -> int:
 def substance(hit: Hit) -> float:
     """0–1: how much a chunk says beyond headings, tables of contents and title pages. Only prose lines count (at
     least PROSE_WIDTH wide, a Han character counting twice, not ending in a page number); a chunk with FULL_BODY of
-    them or more scores 1. A title page, a contents page or a list of names then never outranks the passage that
-    answers (data/QUESTIONS.md #1: the title and contents pages ranked first, the answer sixth)."""
+    them or more scores 1, as does any chunk holding a whole sentence (a prose line ending in `.`, `。`, `?` …). A title
+    page, a contents page or a list of names then never outranks the passage that answers (data/QUESTIONS.md #1: the
+    title and contents pages ranked first, the answer sixth), while a one-sentence notice keeps its full score (with
+    the pair's flat cosines a short Chinese answer fell from first to out of the top five; all eight dev sets'
+    tune and test halves gained or held with the sentence rule)."""
     body = hit.text[len(hit.headings) + 1:] if hit.headings and hit.text.startswith(hit.headings) else hit.text
     lines = [line.strip() for line in body.splitlines()]
     prose = sum(width for width in map(_width, lines) if width >= PROSE_WIDTH) - sum(
         _width(line) for line in lines if _width(line) >= PROSE_WIDTH and _PAGE_NUMBER_END.search(line))
+    if any(_SENTENCE_END.search(line) and _width(line) >= PROSE_WIDTH and not _PAGE_NUMBER_END.search(line)
+           for line in lines):
+        return 1.0
     said = max(prose, _width(" ".join(lines))) if len(lines) <= 2 else prose  # one line: a short passage is prose
     return float(min(1.0, said / FULL_BODY) ** 0.5)
 

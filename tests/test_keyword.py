@@ -21,7 +21,7 @@ from rag.access import LOCAL_OPERATOR, DocAccess
 from rag.config import Settings
 from rag.keyword import KeywordHit, KeywordIndex, cjk_share, tokenize
 from rag.keyword_snapshot import Snapshot
-from rag.retrieve import Fusion, Retriever, fuse
+from rag.retrieve import Fusion, Retriever, fuse, substance
 from rag.types import Chunk, Hit
 from rag.wiring import build_retriever, build_store
 from tests.conftest import REPO, STORE_MODES, CountingEmbedder
@@ -79,6 +79,18 @@ def test_dense_share_follows_language_and_keyword_margin() -> None:
     decisive = [KeywordHit("x", 9.0, 0.9)]  # one chunk covers the question, nothing else does
     assert fusion.dense_share("How do I reset my VPN?", decisive) == pytest.approx(0.8 - 0.45)
     assert fusion.dense_share("如何重置密码", decisive) == 0.0
+
+
+
+def test_substance_lowers_front_matter_and_contents_but_never_a_whole_sentence() -> None:
+    title_page = Hit("t", "A Brief History of Debian\nDebian Documentation Project\nversion 2.23", "h.pdf", 0.9)
+    contents = Hit("c", "Contents\n1.1 In the Beginning . . . . . 1\n1.2 Pronouncing Debian . . . 1", "h.pdf", 0.9)
+    # A one-sentence document answers its question in full (tests/injection_corpus.py's parcel notice).
+    parcel = Hit("p", "规定\n员工快递统一存放在一楼收发室，工作日九点到十七点可以领取。", "p.docx", 0.9,
+                 headings="规定")
+    sentence = Hit("s", "Intro\nThe Debian Project was officially founded by Ian Murdock in 1993.", "h.pdf", 0.9)
+    assert substance(title_page) < 0.8 and substance(contents) < 0.5
+    assert substance(parcel) == substance(sentence) == 1.0
 
 
 @STORE_MODES
