@@ -37,10 +37,12 @@ def pair_parts(name: str) -> list[str]:
 
 class PairedEmbedder:
     """Concatenates two embedders' vectors; the first model's share of a question is `first_share` for questions
-    without Chinese and `first_share_cjk` for all-Chinese ones (linear in between)."""
+    without Chinese and `first_share_cjk` for all-Chinese ones (linear in between). `first_from_second`
+    (offset, slope) maps the second model's cosine onto the first's scale for English questions over Chinese
+    chunks (see `calibrated`); None leaves the weighted mean alone."""
 
     def __init__(self, first: Embedder, second: Embedder, name: str, first_share: float = 0.5,
-                 first_share_cjk: float = 0.0) -> None:
+                 first_share_cjk: float = 0.0, first_from_second: tuple[float, float] | None = None) -> None:
         if not (0.0 <= first_share < 1.0 and 0.0 <= first_share_cjk < 1.0):
             # At 1 the second model would not run, and Chinese chunks, which only it scores, would score 0/0.
             raise ValueError("the first model's share of a question is at least 0 and below 1")
@@ -48,6 +50,7 @@ class PairedEmbedder:
         self.name = name
         self.batch_size = min(first.batch_size, second.batch_size)
         self.first_share, self.first_share_cjk = first_share, first_share_cjk
+        self.first_from_second = first_from_second
 
     @property
     def first(self) -> Embedder:
@@ -91,7 +94,16 @@ class PairedEmbedder:
         """The raw cosine of a stored chunk as the weighted mean of the two models' cosines (see the module)."""
         weight, alpha = self.share(question), first_weight(text)
         length = math.hypot(weight, 1 - weight)
-        return cosine * math.sqrt(2) * length / (weight * alpha + 1 - weight)
+        mean = cosine * math.sqrt(2) * length / (weight * alpha + 1 - weight)
+        if self.first_from_second is None or alpha == 1 or weight == 0 or cjk_share(question) > 0:
+            return mean
+        # An English question over a Chinese chunk: e5's cosines are squeezed near 0.8 (spread 0.02 where MiniLM's
+        # is 0.14), so e5 alone would outrank every English chunk's MiniLM mix. The first model's missing part is
+        # stood in for by e5's cosine on the first model's scale. Only for questions without Chinese: a Chinese
+        # question's first-model share is small and its MiniLM vector weak.
+        offset, slope = self.first_from_second
+        stand_in = max(0.0, min(1.0, offset + slope * mean))
+        return (weight * alpha + 1 - weight) * mean + weight * (1 - alpha) * stand_in
 
 
 def first_weight(text: str) -> float:

@@ -94,7 +94,7 @@ def build_embedder(settings: Settings) -> Embedder:
     first, second = (_single_embedder(settings.model_copy(update={"embed_model": part})) for part in parts)
     shares = settings.tuning
     return _checked(settings, PairedEmbedder(first, second, settings.embed_model, shares.pair_share,
-                                             shares.pair_share_cjk))
+                                             shares.pair_share_cjk, shares.pair_cross_scale))
 
 
 def _single_embedder(settings: Settings) -> Embedder:

@@ -72,6 +72,23 @@ def test_chinese_chunks_and_chinese_questions_are_scored_by_the_second_model_alo
     assert math.isclose(pair.calibrated("How to install?", "安装软件包的文档", _cos(doc, english)), 0.8, rel_tol=1e-5)
 
 
+
+def test_cross_scale_stands_in_for_the_first_model_only_for_english_questions_over_chinese_chunks() -> None:
+    texts = ("安装软件包的文档", "怎么安装软件包", "How to install?", "doc")
+    first = TableEmbedder(dict(zip(texts, ([1.0, 0.0], [1.0, 0.0], [0.6, 0.8], [1.0, 0.0]), strict=True)))
+    second = TableEmbedder(dict(zip(texts, ([0.6, 0.8], [0.8, 0.6], [0.0, 1.0], [0.8, 0.6]), strict=True)))
+    plain = PairedEmbedder(first, second, "a+b", first_share=0.5)
+    scaled = PairedEmbedder(first, second, "a+b", first_share=0.5, first_from_second=(-2.0, 3.0))
+
+    def score(pair: PairedEmbedder, question: str, text: str) -> float:
+        return pair.calibrated(question, text, _cos(pair.embed_documents([text])[0], pair.embed_query(question)))
+
+    # e5's 0.8 stands in for MiniLM as -2 + 3·0.8 = 0.4: the mean of 0.8 (e5's half) and 0.4.
+    assert score(scaled, "How to install?", "安装软件包的文档") == pytest.approx(0.5 * 0.8 + 0.5 * 0.4, rel=1e-5)
+    assert score(plain, "How to install?", "安装软件包的文档") == pytest.approx(0.8, rel=1e-5)
+    for question, text in (("How to install?", "doc"), ("怎么安装软件包", "安装软件包的文档")):
+        assert score(scaled, question, text) == pytest.approx(score(plain, question, text), rel=1e-6)
+
 def test_share_outside_zero_to_one_is_refused() -> None:
     one = TableEmbedder({"x": [1.0]})
     for share in (1.0, 1.5, -0.1):
@@ -126,6 +143,27 @@ def test_pair_through_chroma_and_the_retriever_keeps_one_score_scale(tmp_path: P
     own = float(e5.embed_documents([chinese[0].text])[0] @ e5.embed_query("apt 如何安装软件包？"))
     assert chinese[0].extra["dense"] == pytest.approx(own, abs=0.02)
 
+
+
+def test_in_a_corpus_of_both_languages_each_question_finds_the_version_in_its_own_language(tmp_path: Path) -> None:
+    """An English policy and its Chinese translation, ingested with the default pair: an English question cites
+    the English version first and a Chinese one the Chinese (without the cross scale, e5's squeezed cosines put
+    the Chinese version first for English questions: Debian Reference in both languages, recall@1 0.06)."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "passwords.md").write_text("# Password policy\n\nPasswords must have at least 14 characters and are "
+                                       "changed every twelve months.\n", encoding="utf-8")
+    (docs / "passwords-zh.md").write_text("# 密码规定\n\n密码至少需要十四个字符，并且每十二个月更换一次。\n",
+                                          encoding="utf-8")
+    (docs / "parking.md").write_text("# Parking\n\nStaff parking permits cost 35 euros per month.\n",
+                                     encoding="utf-8")
+    settings = Settings(_env_file=None, data_dir=tmp_path / "data", embed_model=BUNDLED_PAIR_MODEL)  # type: ignore[call-arg]
+    pair = build_embedder(settings)
+    service.sync([docs], settings, embedder=pair)
+    retriever = build_retriever(settings, pair, build_store(settings))
+    for question in ("How many characters must a password have?", "How often are passwords changed?"):
+        assert retriever.search(question, 3, LOCAL_OPERATOR)[0].source == "passwords.md", question
+    assert retriever.search("密码至少需要几个字符？", 3, LOCAL_OPERATOR)[0].source == "passwords-zh.md"
 
 def test_quotes_are_ranked_by_the_pairs_first_model_and_a_single_model_by_itself(tmp_path: Path) -> None:
     """The extractive ranking's floors were fitted on MiniLM's cosines: the engine wired for a pair gets its first
