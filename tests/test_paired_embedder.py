@@ -60,6 +60,9 @@ def test_chinese_chunks_and_chinese_questions_are_scored_by_the_second_model_alo
     second = TableEmbedder(dict(zip(texts, ([0.6, 0.8], [0.8, 0.6], [0.0, 1.0]), strict=True)))
     pair = PairedEmbedder(first, second, "a+b", first_share=0.5, first_share_cjk=0.0)
     assert pair.share("怎么安装软件包") == 0.0 and pair.share("How do I install it?") == 0.5
+    # A Chinese question quoting English names is Chinese: 7 Han characters of 33 letters, above CHINESE_AT.
+    assert pair.share("PostgreSQL 中 VACUUM 和 VACUUM FULL 有什么区别？") == 0.0
+    assert pair.share("apt-get install 安装") == pytest.approx(0.5 * (1 / 3))  # 2 Han of 15: mostly English
     assert first_weight("安装软件包的文档") == 0.0 and first_weight("doc") == 1.0
     assert CHINESE_AT == 0.2 and first_weight("apt-get install 安装") == pytest.approx(1 / 3)  # 2 Han of 15
     doc = pair.embed_documents(["安装软件包的文档"])[0]
