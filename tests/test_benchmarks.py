@@ -20,6 +20,8 @@ from tests.conftest import REPO, free_port
 # Benchmark → lines its quick mode must print (a start of line each). ingest_throughput, answers_during_ingest
 # and keyword_writes have their own tests.
 QUICK = {
+    "app_cost": ["1 worker(s), 2 clients, 6 requests per route", "ask-json ", "ask-sse ", "chat-stream ",
+                 "in-process query path, CPU ms per answer by stage:", "  total "],
     "access_latency": ["variant", "hybrid 3 groups", "worst filtered/unfiltered p50 ratio: ", "access violations"],
     "calibrate_refusal": ["answerable: 20 questions", "off-topic:  10 questions", "threshold "],
     "query_overhead": ["400 chunks, 10 questions x 1 rounds", "bundled:all-MiniLM-L6-v2: p50 ",
