@@ -15,6 +15,7 @@ from rag.config import BUNDLED_PAIR_MODEL, Settings
 from rag.embedder import Vectors, sentence_encoder
 from rag.errors import ConfigError
 from rag.paired_embedder import CHINESE_AT, PairedEmbedder, first_weight, pair_parts
+from rag.retrieve import Retriever
 from rag.wiring import build_embedder, build_engine, build_retriever, build_store, resolve_embed_model, tokenizer_path
 from tests.fake_llm import FakeLLMServer
 
@@ -125,48 +126,53 @@ def test_bundled_pair_loads_both_models_and_ranks_across_languages() -> None:
     assert int(np.argmax(vectors[:2] @ pair.embed_query("哪种水果含钾？"))) == 1  # Chinese question, English text
 
 
-def test_pair_through_chroma_and_the_retriever_keeps_one_score_scale(tmp_path: Path) -> None:
-    """Real ingest into Chroma with the pair: each language's question finds its passage, and the calibrated dense
-    cosine of a Chinese chunk equals e5's own cosine (the retriever undoes the stored layout's scaling)."""
+@pytest.fixture(scope="module")
+def pair() -> PairedEmbedder:
+    """The bundled pair, loaded once for this module's real-Chroma tests."""
+    loaded = build_embedder(Settings(_env_file=None, embed_model=BUNDLED_PAIR_MODEL))  # type: ignore[call-arg]
+    assert isinstance(loaded, PairedEmbedder)
+    return loaded
+
+
+def _indexed(tmp_path: Path, pair: PairedEmbedder, files: dict[str, str]) -> Retriever:
+    """The files ingested with the pair into a fresh embedded Chroma; the retriever over them."""
     docs = tmp_path / "docs"
     docs.mkdir()
-    (docs / "apt.md").write_text("# 软件包\n\napt 从配置的软件源下载并安装软件包，并自动处理依赖关系。\n",
-                                 encoding="utf-8")
-    (docs / "founding.md").write_text("# History\n\nDebian was founded by Ian Murdock in August 1993.\n",
-                                      encoding="utf-8")
+    for name, text in files.items():
+        (docs / name).write_text(text, encoding="utf-8")
     settings = Settings(_env_file=None, data_dir=tmp_path / "data", embed_model=BUNDLED_PAIR_MODEL)  # type: ignore[call-arg]
-    pair = build_embedder(settings)
     service.sync([docs], settings, embedder=pair)
-    retriever = build_retriever(settings, pair, build_store(settings))
+    return build_retriever(settings, pair, build_store(settings))
+
+
+def test_pair_through_chroma_and_the_retriever_keeps_one_score_scale(tmp_path: Path, pair: PairedEmbedder) -> None:
+    """Real ingest into Chroma with the pair: each language's question finds its passage, and the calibrated dense
+    cosine of a Chinese chunk equals e5's own cosine (the retriever undoes the stored layout's scaling)."""
+    retriever = _indexed(tmp_path, pair, {
+        "apt.md": "# 软件包\n\napt 从配置的软件源下载并安装软件包，并自动处理依赖关系。\n",
+        "founding.md": "# History\n\nDebian was founded by Ian Murdock in August 1993.\n"})
     chinese = retriever.search("apt 如何安装软件包？", 2, LOCAL_OPERATOR)
     english = retriever.search("Who founded Debian?", 2, LOCAL_OPERATOR)
     assert chinese[0].source == "apt.md" and english[0].source == "founding.md"
-    assert isinstance(pair, PairedEmbedder)
     e5 = pair._second
     own = float(e5.embed_documents([chinese[0].text])[0] @ e5.embed_query("apt 如何安装软件包？"))
     assert chinese[0].extra["dense"] == pytest.approx(own, abs=0.02)
 
 
-
-def test_in_a_corpus_of_both_languages_each_question_finds_the_version_in_its_own_language(tmp_path: Path) -> None:
+def test_in_a_corpus_of_both_languages_each_question_finds_the_version_in_its_own_language(
+        tmp_path: Path, pair: PairedEmbedder) -> None:
     """An English policy and its Chinese translation, ingested with the default pair: an English question cites
     the English version first and a Chinese one the Chinese (without the cross scale, e5's squeezed cosines put
     the Chinese version first for English questions: Debian Reference in both languages, recall@1 0.06)."""
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    (docs / "passwords.md").write_text("# Password policy\n\nPasswords must have at least 14 characters and are "
-                                       "changed every twelve months.\n", encoding="utf-8")
-    (docs / "passwords-zh.md").write_text("# 密码规定\n\n密码至少需要十四个字符，并且每十二个月更换一次。\n",
-                                          encoding="utf-8")
-    (docs / "parking.md").write_text("# Parking\n\nStaff parking permits cost 35 euros per month.\n",
-                                     encoding="utf-8")
-    settings = Settings(_env_file=None, data_dir=tmp_path / "data", embed_model=BUNDLED_PAIR_MODEL)  # type: ignore[call-arg]
-    pair = build_embedder(settings)
-    service.sync([docs], settings, embedder=pair)
-    retriever = build_retriever(settings, pair, build_store(settings))
+    retriever = _indexed(tmp_path, pair, {
+        "passwords.md": "# Password policy\n\nPasswords must have at least 14 characters and are changed every "
+                        "twelve months.\n",
+        "passwords-zh.md": "# 密码规定\n\n密码至少需要十四个字符，并且每十二个月更换一次。\n",
+        "parking.md": "# Parking\n\nStaff parking permits cost 35 euros per month.\n"})
     for question in ("How many characters must a password have?", "How often are passwords changed?"):
         assert retriever.search(question, 3, LOCAL_OPERATOR)[0].source == "passwords.md", question
     assert retriever.search("密码至少需要几个字符？", 3, LOCAL_OPERATOR)[0].source == "passwords-zh.md"
+
 
 def test_quotes_are_ranked_by_the_pairs_first_model_and_a_single_model_by_itself(tmp_path: Path) -> None:
     """The extractive ranking's floors were fitted on MiniLM's cosines: the engine wired for a pair gets its first
