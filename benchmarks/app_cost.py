@@ -48,7 +48,7 @@ def best_sentence(prompt: str) -> str:
     whole answer, on topic so that the support check keeps it."""
     found = _EXCERPT_ONE.search(prompt)
     body = " ".join((found.group(1) if found else prompt).split())
-    sentences = _SENTENCE.findall(body) or [body[:300]]
+    sentences: list[str] = _SENTENCE.findall(body) or [body[:300]]
     asked = set(_WORDS.findall(prompt.rsplit("Question:", 1)[-1].lower()))
     return max(sentences, key=lambda sentence: len(asked & set(_WORDS.findall(sentence.lower())))).strip()
 
@@ -126,8 +126,19 @@ async def _one(client: Any, url: str, route: str, question: str) -> tuple[float,
     if route == "ask-json" and response.status_code == 200:
         mode = str(json.loads(text).get("mode", ""))
     elif route == "ask-sse":
-        mode = "generated" if '"mode": "generated"' in text or '"mode":"generated"' in text else ""
+        mode = _done_mode(text)
     return time.perf_counter() - started, response.status_code == 200, mode
+
+
+def _done_mode(stream: str) -> str:
+    """The answer mode that an SSE stream's `done` event carries ('' without one)."""
+    event = ""
+    for line in stream.splitlines():
+        if line.startswith("event:"):
+            event = line[6:].strip()
+        elif line.startswith("data:") and event == "done":
+            return str(json.loads(line[5:]).get("mode", ""))
+    return ""
 
 
 async def load(urls: list[str], route: str, asked: list[str], clients: int) -> list[tuple[float, bool, str]]:
