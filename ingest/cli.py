@@ -154,8 +154,7 @@ def _watch(watcher: Watcher) -> int:
                 report = watcher.sync(progress)[1]
             _print_report(report, console, False)
             folders = plain(", ".join(map(str, watcher.paths)))
-            console.print(f"watching {folders} (Ctrl-C or SIGTERM stops)", highlight=False)
-            watcher.run()
+            watcher.run(lambda: console.print(f"watching {folders} (Ctrl-C or SIGTERM stops)", highlight=False))
         except Stopped:
             console.print("stopped before this sync ended: what it stored stays; the rest is synced at the next start",
                           highlight=False)

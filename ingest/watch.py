@@ -8,7 +8,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 
@@ -77,6 +77,10 @@ def watched_folders(roots: Sequence[Path]) -> list[Path]:
     return sorted(folders.values())
 
 
+def _nothing() -> None:
+    """The ready callback once it has been called."""
+
+
 class _StopCheck(NoProgress):
     """Ends a sync between two documents once a stop is asked (run_sync calls chunks_added on its own thread,
     before a batch is embedded; batches already queued are stored and recorded whole)."""
@@ -100,6 +104,7 @@ class Watcher:
         self._store: Index | None = None
         self._failed: dict[str, str] = {}
         self._chunks: int | None = None
+        self._on_ready: Callable[[], None] = _nothing
 
     @contextlib.contextmanager
     def signals(self) -> Iterator[None]:
@@ -129,10 +134,14 @@ class Watcher:
         self._chunks = report.chunks
         return plan, report
 
-    def run(self) -> None:
+    def run(self, on_ready: Callable[[], None] = lambda: None) -> None:
         """Watch until stopped: one sync after each burst of changes, once the folders were quiet for
-        RAG_WATCH_DEBOUNCE_MS; raises FolderGone when a folder disappears."""
-        pending: set[FileChange] = set()
+        RAG_WATCH_DEBOUNCE_MS; calls `on_ready` once the first watches are live; raises FolderGone when a folder
+        disappears."""
+        # A file saved after the first sync's scan but before the watches were set up raises no event: one more
+        # sync once they are live catches it (a sync that finds nothing changed prints nothing).
+        pending: set[FileChange] = {(Change.modified, str(self.paths[0]))}
+        self._on_ready = on_ready
         while not self.stop.is_set():
             folders = watched_folders(self.paths)
             pending = self._watch(folders, pending)
@@ -148,6 +157,8 @@ class Watcher:
                            rust_timeout=max(50, self.settings.watch_debounce_ms // 4), yield_on_timeout=True,
                            raise_interrupt=False, recursive=False)
         for changes in changes_of:
+            self._on_ready()  # watchfiles sets its watches up before its first yield
+            self._on_ready = _nothing
             self._check_folders()
             now = time.monotonic()
             if changes:
