@@ -126,6 +126,7 @@ class Settings(BaseSettings):
     embed_pair_share: float | None = Field(default=None, ge=0.0, lt=1.0)
     embed_pair_share_cjk: float | None = Field(default=None, ge=0.0, lt=1.0)
     rerank_model: str = ""
+    translate_questions: bool = True  # search once more with the question in the documents' other language
 
     escalate_below: float = Field(default=0.6, ge=0.0, le=1.0)
     link_allowlist: str = ""

@@ -49,6 +49,10 @@ class KeywordSearch(Protocol):
         """The share of chunks `admits` lets through, and that rule by chunk id from the index's copy of labels."""
         ...
 
+    def languages(self) -> dict[str, tuple[int, int]]:
+        """Per access label: (chunks, chunks holding Chinese)."""
+        ...
+
 
 class KeywordStore(KeywordSearch, Protocol):
     """A keyword index that ingest writes to, kept in step with the dense store."""

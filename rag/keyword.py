@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rag.access import DocAccess
 from rag.keyword_snapshot import Snapshot, apply, compact, load, needs_compaction
@@ -42,6 +42,8 @@ INLINE_ROWS = 2000  # a search applies a change of up to this many rows itself; 
 HAN_RANGE = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # CJK ideographs: extension A, unified, compatibility
 HAN_CHAR = re.compile(f"[{HAN_RANGE}]")
 _CJK = HAN_CHAR
+Language = Literal["en", "zh"]
+CHINESE_SHARE = 0.2
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 # Runs of Han characters, and runs of anything else that is a word character.
 _RUNS = re.compile(f"[{HAN_RANGE}]+|[^\\W_{HAN_RANGE}]+")
@@ -71,6 +73,12 @@ def cjk_share(text: str) -> float:
     """The share of Han characters among the letters and digits of a text (0 for pure English)."""
     letters = [ch for ch in text if ch.isalnum()]
     return sum(1 for ch in letters if _CJK.match(ch)) / len(letters) if letters else 0.0
+
+
+def language_of(text: str) -> Language:
+    """'zh' for a text that is mostly Chinese (a fifth of its letters or more: Chinese prose keeps English commands
+    and names), else 'en'."""
+    return "zh" if cjk_share(text) >= CHINESE_SHARE else "en"
 
 
 def tokenize(text: str) -> list[str]:
@@ -129,6 +137,7 @@ class KeywordIndex:
         self._lock = threading.Lock()  # held by whoever builds the next snapshot; searches only ever try it
         self._snapshot: Snapshot | None = None
         self._worker: threading.Thread | None = None  # a background load or compaction
+        self._languages: tuple[int, dict[str, tuple[int, int]]] | None = None  # (revision, languages())
         with self._connect() as db:
             db.executescript(SCHEMA)
             columns = {row[1] for row in db.execute("PRAGMA table_info(tokens)")}
@@ -201,6 +210,19 @@ class KeywordIndex:
         """A number that changes with every write."""
         with self._reader_lock:
             return int(self._reader.execute("SELECT value FROM revision").fetchone()[0])
+
+    def languages(self) -> dict[str, tuple[int, int]]:
+        """Per access label: (chunks, chunks holding Chinese), as of the last write (counted again after one)."""
+        revision = self.revision()
+        counted = self._languages
+        if counted is not None and counted[0] == revision:
+            return counted[1]
+        with self._connect() as db:  # GLOB matches by code point: any Han character of HAN_RANGE
+            rows = db.execute("SELECT access, count(*), sum(tokens GLOB ?) FROM tokens WHERE access IS NOT NULL "
+                              "GROUP BY access", (f"*[{HAN_RANGE}]*",)).fetchall()
+        counts = {str(label): (int(total), int(han)) for label, total, han in rows}
+        self._languages = (revision, counts)
+        return counts
 
     def warm(self) -> None:
         """Load the snapshot and jieba's dictionary now, so the first question does not wait for them."""

@@ -37,7 +37,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from rag.access import DocAccess
 from rag.errors import ConfigError, StoreUnavailable
-from rag.keyword import Admits, KeywordHit, tokenize
+from rag.keyword import HAN_RANGE, Admits, KeywordHit, tokenize
 from rag.keyword_snapshot import K1, B
 from rag.types import Chunk
 
@@ -104,6 +104,12 @@ FROM found f JOIN rag_keyword_chunks c ON c.id = f.id
 ORDER BY f.part, f.score DESC, f.pos, f.id
 """
 CEILING = f"WITH {STATS} SELECT coalesce(sum(idf), 0) FROM w"
+# Chunks per label, and those of them holding a Chinese term.
+LANGUAGES = """
+SELECT l.access, l.chunks, (SELECT count(*) FROM rag_keyword_chunks c WHERE c.ns = l.ns AND c.access = l.access
+                            AND EXISTS (SELECT 1 FROM rag_keyword_postings p WHERE p.chunk = c.id AND p.term ~ %(han)s))
+FROM rag_keyword_labels l WHERE l.ns = %(ns)s AND l.chunks > 0
+"""
 
 
 def connection_url(url: str) -> str:
@@ -191,6 +197,7 @@ class PgKeywordIndex:
             cur.execute("SELECT id FROM rag_keyword_namespaces WHERE name = %s", (namespace,))
             self._ns = int(_one(cur))
         self._labels = _LabelCopy()
+        self._languages: tuple[int, dict[str, tuple[int, int]]] | None = None  # (revision, languages())
 
     def close(self) -> None:
         """Close the pooled connections."""
@@ -294,6 +301,20 @@ class PgKeywordIndex:
         with self._pool.transaction() as cur:
             cur.execute("SELECT revision FROM rag_keyword_namespaces WHERE id = %s", (self._ns,))
             return int(_one(cur))
+
+    def languages(self) -> dict[str, tuple[int, int]]:
+        """Per access label: (chunks, chunks holding Chinese), as of the last write by any replica (counted again
+        after one: a scan of the postings)."""
+        with self._pool.transaction() as cur:
+            cur.execute("SELECT revision FROM rag_keyword_namespaces WHERE id = %s", (self._ns,))
+            revision = int(_one(cur))
+            counted = self._languages
+            if counted is not None and counted[0] == revision:
+                return counted[1]
+            cur.execute(LANGUAGES, {"ns": self._ns, "han": f"[{HAN_RANGE}]"})
+            counts = {str(label): (int(total), int(han)) for label, total, han in cur.fetchall()}
+        self._languages = (revision, counts)
+        return counts
 
     def warm(self) -> None:
         """Open a connection, copy the labels and load jieba's dictionary now, so the first question does not wait."""

@@ -60,6 +60,9 @@ without the conversation. Replace pronouns and references such as "it", "that" o
 they refer to. Keep the language of the follow-up question. Output only the rewritten question, with no \
 explanation and no quotation marks. If the follow-up is already standalone, output it unchanged."""
 
+TRANSLATE_PROMPT = "You translate search questions. Reply with the translation only, nothing else."
+TRANSLATION_TARGETS = {"en": "English", "zh": "Chinese (简体中文)"}
+
 _CITATION = re.compile(r"\[(\d{1,2})\]")
 # Excerpt markers: characters documents do not use, so quoting them away (« ») costs no content.
 OPEN, CLOSE = "\u27ea", "\u27eb"
@@ -126,6 +129,12 @@ def condense_messages(question: str, history: Sequence[Message]) -> list[Message
                       if m["role"] != "system")
     user = f"Conversation:\n{turns}\n\nFollow-up question: {quoted(question).strip()}\n\nStandalone question:"
     return [{"role": "system", "content": CONDENSE_PROMPT}, {"role": "user", "content": user}]
+
+
+def translate_messages(question: str, into: Literal["en", "zh"]) -> list[Message]:
+    """Messages asking the LLM to translate a question (for searching documents in the other language)."""
+    user = f"Translate this question into {TRANSLATION_TARGETS[into]}:\n{quoted(question).strip()}"
+    return [{"role": "system", "content": TRANSLATE_PROMPT}, {"role": "user", "content": user}]
 
 
 def cited_numbers(answer: str, available: int) -> list[int]:

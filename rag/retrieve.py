@@ -23,7 +23,7 @@ from rag.access import AccessPolicy, Principal
 from rag.embedder import CalibratedEmbedder, Embedder
 from rag.errors import EmptyIndex
 from rag.index import DenseIndex, Index, KeywordSearch
-from rag.keyword import HAN_CHAR, Admits, KeywordHit, cjk_share
+from rag.keyword import HAN_CHAR, Admits, KeywordHit, Language, cjk_share, language_of
 from rag.types import Hit
 
 log = logging.getLogger("rag.retrieve")
@@ -42,6 +42,10 @@ FULL_BODY = 120  # a chunk with this much prose (a Han character counting twice)
 PROSE_WIDTH = 30
 _PAGE_NUMBER_END = re.compile(r"(?:\s|\.)\d{1,4}$")  # a table of contents line: "1.1 In the Beginning . . . 1"
 _SENTENCE_END = re.compile(r"[.!?。！？]$")
+# Questions are translated when at least this share of the chunks the asker may see is in the other language.
+OTHER_LANGUAGE_SHARE = 0.05
+RRF_K = 60  # reciprocal-rank fusion of the two searches (the usual constant; scores of two questions don't compare)
+TRANSLATED_WEIGHT = 1.0  # the translated question's list against the question's own (tune halves, README)
 
 
 class Reranker(Protocol):
@@ -49,6 +53,14 @@ class Reranker(Protocol):
 
     def rerank(self, question: str, hits: Sequence[Hit]) -> list[Hit]:
         """The same hits, best first, with the reranker's score in `extra["rerank"]`."""
+        ...
+
+
+class Translator(Protocol):
+    """Puts a question into the other language for a second search (rag.translate.LLMTranslator)."""
+
+    def translate(self, question: str, into: Language) -> str | None:
+        """The question in language `into`, or None when there is no translation."""
         ...
 
 
@@ -125,11 +137,29 @@ def fuse(dense: Sequence[Hit], keyword: Sequence[KeywordHit], extra: Sequence[Hi
     return sorted(fused, key=lambda hit: hit.score, reverse=True)
 
 
+def merged(asked: Sequence[Hit], translated: Sequence[Hit], weight: float = TRANSLATED_WEIGHT) -> list[Hit]:
+    """The hits for the question as asked and those for its translation in one list, by reciprocal rank.
+
+    The scores of two questions do not compare, so the ranks decide; the list then carries the two searches' scores
+    in descending order, none above the asked question's best: the refusal threshold sees what it saw before."""
+    fused: dict[str, float] = {}
+    by_id: dict[str, Hit] = {}
+    for hits, share in ((asked, 1.0), (translated, weight)):
+        for rank, hit in enumerate(hits, start=1):
+            fused[hit.chunk_id] = fused.get(hit.chunk_id, 0.0) + share / (RRF_K + rank)
+            by_id.setdefault(hit.chunk_id, hit)
+    order = sorted(by_id, key=lambda chunk_id: fused[chunk_id], reverse=True)
+    ceiling = asked[0].score if asked else max((hit.score for hit in translated), default=0.0)
+    scores = sorted((min(hit.score, ceiling) for hit in (*asked, *translated)), reverse=True)
+    return [replace(by_id[chunk_id], score=score) for chunk_id, score in zip(order, scores, strict=False)]
+
+
 class Retriever:
     """Finds the chunks that best answer a question, among those the asking principal may see."""
 
     def __init__(self, embedder: Embedder, index: Index, mode: Mode = "hybrid", fusion: Fusion = Fusion(),
-                 reranker: Reranker | None = None, policy: AccessPolicy = AccessPolicy()) -> None:
+                 reranker: Reranker | None = None, policy: AccessPolicy = AccessPolicy(),
+                 translator: Translator | None = None) -> None:
         self._embedder = embedder
         self._calibrate = embedder.calibrated if isinstance(embedder, CalibratedEmbedder) else None
         self._dense: DenseIndex = index.dense
@@ -138,6 +168,7 @@ class Retriever:
         self.fusion = fusion
         self._reranker = reranker
         self.policy = policy
+        self._translator = translator
 
     def warm(self) -> None:
         """Build the keyword side's in-memory index ahead of the first question (seconds at 100k chunks)."""
@@ -146,15 +177,39 @@ class Retriever:
 
     def search(self, question: str, k: int, principal: Principal) -> list[Hit]:
         """The k best chunks the principal may see, best first; EmptyIndex when nothing was ingested."""
-        hits = [] if self.policy.sees_nothing(principal) else \
-            self._candidates(question, max(k, CANDIDATES) if self.mode != "dense" else k, principal)
+        n = max(k, CANDIDATES) if self.mode != "dense" else k
+        hits = [] if self.policy.sees_nothing(principal) else self._candidates(question, n, principal)
         # Counting only when nothing came back keeps the store round trip off every normal query.
         if not hits and self._dense.count() == 0:
             raise EmptyIndex(f"collection {self._dense.name!r} is empty: run `rag-ingest PATH` first")
         hits = with_substance(hits)  # before a reranker, which then orders what it is given
+        if not self.policy.sees_nothing(principal):
+            hits = self._with_translation(question, hits, n, principal)
         if self._reranker is not None:
             hits = self._reranker.rerank(question, hits)
         return self._visible(hits, principal)[:k]
+
+    def _with_translation(self, question: str, hits: list[Hit], n: int, principal: Principal) -> list[Hit]:
+        """The hits merged with those in the other language found by the question's translation, where the asker
+        may see enough chunks in that language and the translator gives one."""
+        into = self._other_language(question, principal)
+        translation = self._translator.translate(question, into) if into and self._translator else None
+        if into is None or translation is None:
+            return hits
+        found = with_substance(self._candidates(translation, n, principal))
+        return merged(hits, [hit for hit in found if language_of(hit.text) == into])
+
+    def _other_language(self, question: str, principal: Principal) -> Language | None:
+        """The language to translate the question into, when enough of what the principal may see is in it."""
+        if self._translator is None or self._keyword is None:
+            return None
+        into: Language = "en" if language_of(question) == "zh" else "zh"
+        total = chinese = 0
+        for label, (chunks, han) in self._keyword.languages().items():
+            if principal.all_groups or self.policy.label_allows(principal, label):
+                total, chinese = total + chunks, chinese + han
+        other = chinese if into == "zh" else total - chinese
+        return into if total and other >= OTHER_LANGUAGE_SHARE * total else None
 
     def _look_ahead(self, n: int, admits: Admits | None) -> tuple[int, Callable[[str], bool] | None]:
         """(How many nearest chunks the dense side reads unfiltered first, the label copy it checks them by)."""

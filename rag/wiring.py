@@ -28,6 +28,7 @@ from rag.rerank import CrossEncoderReranker
 from rag.retrieve import Fusion, Retriever
 from rag.sanitize import LinkPolicy
 from rag.store import ChromaStore
+from rag.translate import LLMTranslator
 from rag.unanswered import UnansweredStore
 
 if TYPE_CHECKING:
@@ -270,21 +271,24 @@ def build_reranker(settings: Settings) -> CrossEncoderReranker | None:
     return CrossEncoderReranker(model)
 
 
-def build_retriever(settings: Settings, embedder: Embedder | None = None, store: Index | None = None) -> Retriever:
+def build_retriever(settings: Settings, embedder: Embedder | None = None, store: Index | None = None,
+                    llm: LLM | None = None) -> Retriever:
     """Dense, keyword or hybrid retrieval (RAG_RETRIEVAL_MODE) with the fusion weights, reranker and access policy
-    from settings."""
+    from settings; with an LLM, questions are also searched in translation (RAG_TRANSLATE_QUESTIONS)."""
     fusion = Fusion(settings.tuning.dense_weight, settings.tuning.dense_weight_cjk)
+    translator = LLMTranslator(llm, settings.model_languages) if llm and settings.translate_questions else None
     return Retriever(embedder or build_embedder(settings), store or build_store(settings), settings.retrieval_mode,
-                     fusion, build_reranker(settings), settings.access_policy)
+                     fusion, build_reranker(settings), settings.access_policy, translator)
 
 
 def build_engine(settings: Settings, embedder: Embedder | None = None, store: Index | None = None,
                  llm: LLM | None = None) -> QueryEngine:
     """The query path wired from settings (parts may be passed in, e.g. shared by an app)."""
     embedder = embedder or build_embedder(settings)
-    retriever = build_retriever(settings, embedder, store)
+    llm = llm or build_llm(settings)
+    retriever = build_retriever(settings, embedder, store, llm)
     tuning = settings.tuning
-    return QueryEngine(retriever, llm or build_llm(settings), settings.top_k, tuning.refusal_threshold,
+    return QueryEngine(retriever, llm, settings.top_k, tuning.refusal_threshold,
                        tuning.refusal_threshold_cjk, settings.answer_mode, sentence_encoder(embedder),
                        settings.max_answer_tokens,
                        settings.model_languages, LinkPolicy.parse(settings.link_allowlist))

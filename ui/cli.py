@@ -25,6 +25,7 @@ from rag.types import Hit
 from rag.wiring import (
     build_engine,
     build_feedback_store,
+    build_llm,
     build_retriever,
     hold_embedded_store,
     prefer_passive_threads,
@@ -67,7 +68,8 @@ def search(question: str, k: int | None, as_json: bool, groups: str | None) -> N
     """Print the chunks closest to QUESTION (source, page, score, text)."""
     with errors():
         settings = load_settings()
-        hits = build_retriever(settings).search(question, k or settings.top_k, _principal(groups))
+        retriever = build_retriever(settings, llm=build_llm(settings))  # as the answers search: with translation
+        hits = retriever.search(question, k or settings.top_k, _principal(groups))
     if as_json:
         print(json.dumps({"hits": [_hit_json(hit) for hit in hits]}, ensure_ascii=False))
     else:
