@@ -58,7 +58,8 @@ def test_bad_case_files_are_clear_errors(tmp_path: Path) -> None:
 
 def _run(args: list[str], data_dir: Path, extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAG_")} | {"RAG_DATA_DIR": str(data_dir)}
-    env |= extra or {}
+    # Retrieval alone unless a test says otherwise: question translation needs the LLM (test_translated_...).
+    env |= {"RAG_TRANSLATE_QUESTIONS": "false"} | (extra or {})
     return subprocess.run([str(REPO / ".venv" / "bin" / args[0]), *args[1:]], env=env, capture_output=True,
                           text=True, timeout=1500)  # 40 answers took 490 s in CI, 900 s on a loaded machine
 
