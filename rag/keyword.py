@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from rag.access import DocAccess
 from rag.keyword_snapshot import Snapshot, apply, compact, load, needs_compaction
@@ -42,8 +42,6 @@ INLINE_ROWS = 2000  # a search applies a change of up to this many rows itself; 
 HAN_RANGE = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # CJK ideographs: extension A, unified, compatibility
 HAN_CHAR = re.compile(f"[{HAN_RANGE}]")
 _CJK = HAN_CHAR
-Language = Literal["en", "zh"]
-CHINESE_SHARE = 0.2
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 # Runs of Han characters, and runs of anything else that is a word character.
 _RUNS = re.compile(f"[{HAN_RANGE}]+|[^\\W_{HAN_RANGE}]+")
@@ -73,12 +71,6 @@ def cjk_share(text: str) -> float:
     """The share of Han characters among the letters and digits of a text (0 for pure English)."""
     letters = [ch for ch in text if ch.isalnum()]
     return sum(1 for ch in letters if _CJK.match(ch)) / len(letters) if letters else 0.0
-
-
-def language_of(text: str) -> Language:
-    """'zh' for a text that is mostly Chinese (a fifth of its letters or more: Chinese prose keeps English commands
-    and names), else 'en'."""
-    return "zh" if cjk_share(text) >= CHINESE_SHARE else "en"
 
 
 def tokenize(text: str) -> list[str]:

@@ -23,7 +23,8 @@ from rag.access import AccessPolicy, Principal
 from rag.embedder import CalibratedEmbedder, Embedder
 from rag.errors import EmptyIndex
 from rag.index import DenseIndex, Index, KeywordSearch
-from rag.keyword import HAN_CHAR, Admits, KeywordHit, Language, cjk_share, language_of
+from rag.keyword import HAN_CHAR, Admits, KeywordHit, cjk_share
+from rag.sentences import Language, chunk_language, question_language
 from rag.types import Hit
 
 log = logging.getLogger("rag.retrieve")
@@ -197,13 +198,13 @@ class Retriever:
         if into is None or translation is None:
             return hits
         found = with_substance(self._candidates(translation, n, principal))
-        return merged(hits, [hit for hit in found if language_of(hit.text) == into])
+        return merged(hits, [hit for hit in found if chunk_language(hit.text) == into])
 
     def _other_language(self, question: str, principal: Principal) -> Language | None:
         """The language to translate the question into, when enough of what the principal may see is in it."""
         if self._translator is None or self._keyword is None:
             return None
-        into: Language = "en" if language_of(question) == "zh" else "zh"
+        into: Language = "en" if question_language(question) == "zh" else "zh"
         total = chinese = 0
         for label, (chunks, han) in self._keyword.languages().items():
             if principal.all_groups or self.policy.label_allows(principal, label):

@@ -11,9 +11,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
-from rag.keyword import HAN_CHAR, has_cjk
+from rag.keyword import HAN_CHAR, cjk_share, has_cjk
 
 Language = Literal["en", "zh"]
+CHINESE_CHUNK = 0.2  # a chunk is Chinese from this share of Han characters (as the pair embedder reads it)
 
 MARKER = re.compile(r"\s*\[(\d{1,3})\]")
 _MARKERS_AFTER = re.compile(r"(?:\s*\[\d{1,3}\])+")
@@ -46,6 +47,12 @@ def language_of(text: str) -> Language | None:
 def question_language(question: str) -> Language:
     """The language an answer to this question must be in."""
     return "zh" if has_cjk(question) and language_of(question) == "zh" else "en"
+
+
+def chunk_language(text: str) -> Language:
+    """"zh" for a chunk a fifth or more of whose letters are Han characters (Chinese prose keeps English commands
+    and names), else "en"."""
+    return "zh" if cjk_share(text) >= CHINESE_CHUNK else "en"
 
 
 def _strip_code(text: str) -> str:

@@ -14,9 +14,9 @@ import time
 from collections import OrderedDict
 
 from rag.errors import LLMUnavailable, RagError
-from rag.keyword import Language, language_of
 from rag.llm import LLM
 from rag.prompt import translate_messages
+from rag.sentences import Language, question_language
 
 log = logging.getLogger("rag.translate")
 
@@ -30,7 +30,7 @@ def cleaned(reply: str, into: Language, question: str) -> str | None:
     for, the question itself, or far longer than the question (an answer, not a translation)."""
     line = next((line.strip() for line in reply.splitlines() if line.strip()), "")
     line = line.strip("\"'“”「」『』` ").strip()
-    if not line or line == question.strip() or language_of(line) != into:
+    if not line or line == question.strip() or question_language(line) != into:
         return None
     if len(line) > 4 * len(question) + 40:
         return None

@@ -9,9 +9,9 @@ from ingest import service
 from rag.access import LOCAL_OPERATOR
 from rag.config import Settings
 from rag.index import Index
-from rag.keyword import Language
 from rag.prompt import translate_messages
 from rag.retrieve import Fusion, Mode, Retriever, merged
+from rag.sentences import Language
 from rag.translate import LLMTranslator, cleaned
 from rag.types import Hit
 from rag.wiring import build_llm, build_retriever, build_store
