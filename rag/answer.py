@@ -22,10 +22,10 @@ from rag.alignment import polarity
 from rag.answer_types import Answer, Done, Event, Outcome, Retrieved, Sentence, Source, Timings, Token
 from rag.extract import Encoder, extract
 from rag.grounding import MIN_COVERAGE, RepetitionGuard, SupportChecker, Verdict, mentions_any, proper_names
-from rag.keyword import cjk_share, tokenize
+from rag.keyword import tokenize
 from rag.llm import LLM, Delta, Stop, Usage
 from rag.prompt import Message, answer_messages, condense_messages, is_refusal, new_nonce, reply
-from rag.retrieve import Retriever
+from rag.retrieve import Floors, Retriever
 from rag.sanitize import STRICT, LinkPolicy, Removed
 from rag.sentences import Language, SentenceBuffer, language_of, question_language
 from rag.types import Hit
@@ -149,8 +149,7 @@ class QueryEngine:
 
     def threshold_for(self, question: str) -> float:
         """The refusal threshold for this question: Chinese questions score on another scale (keyword-led)."""
-        zh = cjk_share(question)
-        return self.refusal_threshold * (1 - zh) + self.refusal_threshold_cjk * zh
+        return Floors(self.refusal_threshold, self.refusal_threshold_cjk).of(question)
 
     def stream(self, question: str, history: Sequence[Message] = (), top_k: int | None = None, *,
                principal: Principal, stop: Stop | None = None) -> Generator[Event, None, None]:

@@ -138,6 +138,20 @@ def fuse(dense: Sequence[Hit], keyword: Sequence[KeywordHit], extra: Sequence[Hi
     return sorted(fused, key=lambda hit: hit.score, reverse=True)
 
 
+@dataclass(frozen=True)
+class Floors:
+    """The refusal thresholds of questions without Chinese and of all-Chinese ones (Chinese questions score higher:
+    keyword-led); a hit at or above its question's threshold counts as found."""
+
+    plain: float = 0.0
+    cjk: float = 0.0
+
+    def of(self, question: str) -> float:
+        """The threshold for this question, by its share of Han characters."""
+        zh = cjk_share(question)
+        return self.plain * (1 - zh) + self.cjk * zh
+
+
 def merged(asked: Sequence[Hit], translated: Sequence[Hit], weight: float = TRANSLATED_WEIGHT) -> list[Hit]:
     """The hits for the question as asked and those for its translation in one list, by reciprocal rank.
 
@@ -160,7 +174,7 @@ class Retriever:
 
     def __init__(self, embedder: Embedder, index: Index, mode: Mode = "hybrid", fusion: Fusion = Fusion(),
                  reranker: Reranker | None = None, policy: AccessPolicy = AccessPolicy(),
-                 translator: Translator | None = None) -> None:
+                 translator: Translator | None = None, floors: Floors = Floors()) -> None:
         self._embedder = embedder
         self._calibrate = embedder.calibrated if isinstance(embedder, CalibratedEmbedder) else None
         self._dense: DenseIndex = index.dense
@@ -170,6 +184,7 @@ class Retriever:
         self._reranker = reranker
         self.policy = policy
         self._translator = translator
+        self._floors = floors
 
     def warm(self) -> None:
         """Build the keyword side's in-memory index ahead of the first question (seconds at 100k chunks)."""
@@ -191,14 +206,23 @@ class Retriever:
         return self._visible(hits, principal)[:k]
 
     def _with_translation(self, question: str, hits: list[Hit], n: int, principal: Principal) -> list[Hit]:
-        """The hits merged with those in the other language found by the question's translation, where the asker
-        may see enough chunks in that language and the translator gives one."""
+        """The hits merged with those in the other language found by the question's translation, where nothing in
+        the question's own language reaches the refusal threshold, the asker may see enough chunks in the other
+        language and the translator gives one."""
+        if self._found_in_own_language(question, hits):
+            return hits
         into = self._other_language(question, principal)
         translation = self._translator.translate(question, into) if into and self._translator else None
         if into is None or translation is None:
             return hits
         found = with_substance(self._candidates(translation, n, principal))
         return merged(hits, [hit for hit in found if chunk_language(hit.text) == into])
+
+    def _found_in_own_language(self, question: str, hits: Sequence[Hit]) -> bool:
+        # A passage in the asker's language that clears the threshold is what the asker reads best; the other
+        # copy of a translated document (or a near one) must not push it out of the top three (README).
+        own, floor = question_language(question), self._floors.of(question)
+        return any(hit.score >= floor and chunk_language(hit.text) == own for hit in hits)
 
     def _other_language(self, question: str, principal: Principal) -> Language | None:
         """The language to translate the question into, when enough of what the principal may see is in it."""

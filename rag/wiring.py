@@ -25,7 +25,7 @@ from rag.llm_server import BF16_FLAGS, cpu_flags
 from rag.onnx_embedder import ModelFolder, load_onnx_embedder, onnx_file
 from rag.paired_embedder import PAIR_SEPARATOR, PairedEmbedder, pair_parts
 from rag.rerank import CrossEncoderReranker
-from rag.retrieve import Fusion, Retriever
+from rag.retrieve import Floors, Fusion, Retriever
 from rag.sanitize import LinkPolicy
 from rag.store import ChromaStore
 from rag.translate import LLMTranslator
@@ -277,8 +277,9 @@ def build_retriever(settings: Settings, embedder: Embedder | None = None, store:
     from settings; with an LLM, questions are also searched in translation (RAG_TRANSLATE_QUESTIONS)."""
     fusion = Fusion(settings.tuning.dense_weight, settings.tuning.dense_weight_cjk)
     translator = LLMTranslator(llm, settings.model_languages) if llm and settings.translate_questions else None
+    floors = Floors(settings.tuning.refusal_threshold, settings.tuning.refusal_threshold_cjk)
     return Retriever(embedder or build_embedder(settings), store or build_store(settings), settings.retrieval_mode,
-                     fusion, build_reranker(settings), settings.access_policy, translator)
+                     fusion, build_reranker(settings), settings.access_policy, translator, floors)
 
 
 def build_engine(settings: Settings, embedder: Embedder | None = None, store: Index | None = None,

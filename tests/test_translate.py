@@ -10,7 +10,7 @@ from rag.access import LOCAL_OPERATOR
 from rag.config import Settings
 from rag.index import Index
 from rag.prompt import translate_messages
-from rag.retrieve import Fusion, Mode, Retriever, merged
+from rag.retrieve import Floors, Fusion, Mode, Retriever, merged
 from rag.sentences import Language
 from rag.translate import LLMTranslator, cleaned
 from rag.types import Hit
@@ -82,8 +82,11 @@ class ScriptedTranslator:
 def _translating(settings: Settings, embedder: CountingEmbedder, store: Index,
                  translator: ScriptedTranslator, mode: Mode = "hybrid") -> Retriever:
     """A retriever as build_retriever wires it, with a scripted translator."""
-    fusion = Fusion(settings.tuning.dense_weight, settings.tuning.dense_weight_cjk)
-    return Retriever(embedder, store, mode, fusion, policy=settings.access_policy, translator=translator)
+    tuning = settings.tuning
+    fusion, floors = Fusion(tuning.dense_weight, tuning.dense_weight_cjk), Floors(tuning.refusal_threshold,
+                                                                                  tuning.refusal_threshold_cjk)
+    return Retriever(embedder, store, mode, fusion, policy=settings.access_policy, translator=translator,
+                     floors=floors)
 
 
 QUESTION_ZH = "留住员工的奖金池有多少钱？"  # no word in common with the English document
@@ -94,11 +97,12 @@ def test_a_translated_question_finds_the_other_languages_chunk_only_where_the_as
     write_corpus(docs)
     (docs / "hr" / "bonus-zh.md").unlink()  # the Chinese copy gone: only the English document holds the answer
     (docs / "hr" / "bonus-zh.md.meta.yaml").unlink()
-    (docs / "public" / "faq-zh.md").write_text("# 常见问题\n办公室在工作日八点开门，十八点关门。\n", encoding="utf-8")
+    faq = "# 常见问题\n办公室在工作日八点开门，十八点关门。\n\n食堂在二楼。\n"
+    (docs / "public" / "faq-zh.md").write_text(faq, encoding="utf-8")
     service.sync([docs], settings, embedder=embedder)
     store = build_store(settings)
     translator = ScriptedTranslator({QUESTION_ZH: "What is the retention bonus pool for 2027?",
-                                     "When does the office open?": "办公室几点开门？"})
+                                     "Which floor is the canteen on?": "食堂在几楼？"})
     plain = build_retriever(settings.model_copy(update={"retrieval_mode": "keyword"}), embedder, store)
     translating = _translating(settings, embedder, store, translator, "keyword")
     # Keywords alone: no word of the Chinese question is in the English document.
@@ -109,9 +113,12 @@ def test_a_translated_question_finds_the_other_languages_chunk_only_where_the_as
     translating = _translating(settings, embedder, store, translator)
     assert translating.search(QUESTION_ZH, 3, HR)[0].score <= hybrid.search(QUESTION_ZH, 3, HR)[0].score
     assert translating.search(QUESTION_ZH, 3, ENG)[0].source != "hr/bonus.md"  # translated, but not theirs to see
-    # English questions go to Chinese only where Chinese chunks are a share of what the asker sees: one in six here.
-    assert translating.search("When does the office open?", 3, LOCAL_OPERATOR)
-    assert translator.asked[-1] == ("When does the office open?", "zh")
+    # English questions go to Chinese only where Chinese chunks are a share of what the asker sees (one in six
+    # here) and no English chunk reaches the threshold: the English office hours answer this one.
+    assert translating.search("When does the office open?", 3, LOCAL_OPERATOR)[0].source == "public/hours.md"
+    assert translator.asked[-1] == (QUESTION_ZH, "en")
+    assert translating.search("Which floor is the canteen on?", 3, LOCAL_OPERATOR)[0].source == "public/faq-zh.md"
+    assert translator.asked[-1] == ("Which floor is the canteen on?", "zh")
 
 
 def test_no_translation_where_nothing_the_asker_sees_is_in_the_other_language(
@@ -120,7 +127,7 @@ def test_no_translation_where_nothing_the_asker_sees_is_in_the_other_language(
     service.sync([docs], settings, embedder=embedder)
     translator = ScriptedTranslator({})
     retriever = _translating(settings, embedder, build_store(settings), translator)
-    retriever.search("What is the retention bonus pool for 2027?", 3, ENG)
+    retriever.search("How tall is the lighthouse?", 3, ENG)
     assert translator.asked == []  # eng sees no Chinese chunk: its question is not translated (nor timed by it)
-    retriever.search("What is the retention bonus pool for 2027?", 3, HR)
-    assert translator.asked == [("What is the retention bonus pool for 2027?", "zh")]
+    retriever.search("How tall is the lighthouse?", 3, HR)  # no English chunk answers it
+    assert translator.asked == [("How tall is the lighthouse?", "zh")]
