@@ -1,6 +1,7 @@
 """File moves in the documents folder that uploads and deletes make, each step atomic (rename or link) so that a
 crash at any point leaves either the old file or the new one under the document's name, plus hidden leftovers
-(`.upload-*`, `.backup-*`, `.deleting-*`) that the next locked change settles. Syncs never read hidden files."""
+(`.staging-*`, `.upload-*`, `.backup-*`, `.deleting-*`) that the next locked change settles. Syncs never read
+hidden files."""
 
 from __future__ import annotations
 
@@ -10,13 +11,18 @@ import os
 import secrets
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from ingest.scan import file_hash
 from rag.errors import ReadOnlyFolder
 
-UPLOAD, BACKUP, DELETING = ".upload-", ".backup-", ".deleting-"
+UPLOAD, BACKUP, DELETING, STAGING = ".upload-", ".backup-", ".deleting-", ".staging-"
+# An upload file is created under STAGING, locked, then renamed to UPLOAD: between creation and lock no lock says
+# it is live (ten concurrent uploads of one name lost one to a clean-up there). A STAGING file only outlives that
+# instant when its process died in it; one older than this is such a leftover.
+STAGING_LEFTOVER_S = 60.0
 
 
 def _hidden(prefix: str, target: Path) -> Path:
@@ -92,9 +98,11 @@ def move_aside(path: Path) -> Path:
 def staged_file(folder: Path) -> tuple[int, Path]:
     """A new hidden upload file, locked by this process while it is written, so that a clean-up can tell a live
     upload from one a crash left behind."""
-    descriptor, name = tempfile.mkstemp(prefix=UPLOAD, dir=folder)
+    descriptor, name = tempfile.mkstemp(prefix=STAGING, dir=folder)
     fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    return descriptor, Path(name)
+    staged = Path(name).with_name(UPLOAD + Path(name).name.removeprefix(STAGING))
+    os.rename(name, staged)  # the lock belongs to the open file: it holds under the new name
+    return descriptor, staged
 
 
 def clean_leftovers(folder: Path, committed: dict[str, str]) -> list[str]:
@@ -107,7 +115,7 @@ def clean_leftovers(folder: Path, committed: dict[str, str]) -> list[str]:
     for path in sorted(folder.iterdir()):
         if path.name.startswith(BACKUP) and path.name.count("-") >= 2:
             _settle_backup(path, committed)
-        elif path.name.startswith(DELETING):
+        elif path.name.startswith(DELETING) or (path.name.startswith(STAGING) and _older(path, STAGING_LEFTOVER_S)):
             path.unlink(missing_ok=True)
         elif not (path.name.startswith(UPLOAD) and _abandoned(path)):
             continue
@@ -123,6 +131,13 @@ def _settle_backup(backup: Path, committed: dict[str, str]) -> None:
         backup.unlink()  # the upload was ingested; only the backup's removal was left
     else:
         os.replace(backup, target)  # the upload never completed: the previous version comes back
+
+
+def _older(path: Path, seconds: float) -> bool:
+    try:
+        return time.time() - path.stat().st_mtime > seconds
+    except FileNotFoundError:
+        return False
 
 
 def _abandoned(path: Path) -> bool:

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ingest import service
+from ingest import files, service
 from rag.config import Settings
 from rag.wiring import build_store
 from tests.conftest import CountingEmbedder, serving
@@ -174,3 +174,21 @@ def test_ingest_threads_run_at_a_lower_cpu_priority(local: Settings, embedder: C
 
     assert asyncio.run(services.run_ingest(priority)) == min(19, priority() + INGEST_NICE)
     services.ingest_pool.shutdown()
+
+
+def test_a_clean_up_never_takes_an_upload_being_created_for_a_leftover(tmp_path: Path) -> None:
+    """A staged upload is locked before it carries the name a clean-up settles; a staging file is removed only
+    once it is old enough to be a crash's (the race ten concurrent uploads of one name once lost)."""
+    handle, staged = files.staged_file(tmp_path)
+    fresh, old = tmp_path / f"{files.STAGING}fresh", tmp_path / f"{files.STAGING}old"
+    fresh.write_bytes(b"")
+    old.write_bytes(b"")
+    long_ago = time.time() - files.STAGING_LEFTOVER_S - 1
+    os.utime(old, (long_ago, long_ago))
+    try:
+        assert staged.name.startswith(files.UPLOAD)
+        assert files.clean_leftovers(tmp_path, {}) == [old.name]
+        assert staged.exists() and fresh.exists()
+    finally:
+        os.close(handle)
+    assert files.clean_leftovers(tmp_path, {}) == [staged.name]  # its writer gone: a leftover
