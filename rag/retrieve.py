@@ -209,10 +209,10 @@ class Retriever:
         """The hits merged with those in the other language found by the question's translation, where nothing in
         the question's own language reaches the refusal threshold, the asker may see enough chunks in the other
         language and the translator gives one."""
-        if self._found_in_own_language(question, hits):
-            return hits
+        if self._translator is None or self._found_in_own_language(question, hits):
+            return hits  # the translator checked first: no language test on the hits of an untranslating deployment
         into = self._other_language(question, principal)
-        translation = self._translator.translate(question, into) if into and self._translator else None
+        translation = self._translator.translate(question, into) if into else None
         if into is None or translation is None:
             return hits
         found = with_substance(self._candidates(translation, n, principal))
