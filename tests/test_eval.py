@@ -85,11 +85,18 @@ FLOORS = {"python-faq": {"@1": 0.77, "@3": 0.92, "mrr": 0.84, "refusal_recall": 
           "debref-en-en": {"@1": 0.72, "@3": 0.94, "mrr": 0.83, "refusal_recall": 0.5, "kept": 0.94},
           "debref-zh-zh": {"@1": 0.61, "@3": 0.77, "mrr": 0.7, "refusal_recall": 0.0, "kept": 0.94},
           "debref-zh-en": {"@1": 0.5, "@3": 0.55, "mrr": 0.54, "refusal_recall": 0.0, "kept": 0.94},
-          "debref-en-zh": {"@1": 0.33, "@3": 0.5, "mrr": 0.45, "refusal_recall": 0.0, "kept": 0.94}}
+          "debref-en-zh": {"@1": 0.33, "@3": 0.5, "mrr": 0.45, "refusal_recall": 0.0, "kept": 0.94},
+          # The Debian FAQ in the held-out format (55 test questions each, one question 0.018; measured 2026-12-04,
+          # nothing fitted on it): the gap to unseen documents issue 28 names, held here so that it can only close.
+          "debfaq-en-en": {"@1": 0.47, "@3": 0.65, "mrr": 0.58, "kept": 0.96},
+          "debfaq-zh-zh": {"@1": 0.49, "@3": 0.6, "mrr": 0.58, "kept": 0.96},
+          "debfaq-zh-en": {"@1": 0.32, "@3": 0.5, "mrr": 0.43, "kept": 0.96},
+          "debfaq-en-zh": {"@1": 0.21, "@3": 0.36, "mrr": 0.33, "kept": 0.94}}
 # MiniLM alone (RAG_EMBED_MODEL=bundled:all-MiniLM-L6-v2: a third of the ingest time, English only) keeps its
 # English floors of 2026-12-03, and the pair must hold English within 0.01 of it (issue 28).
 MINILM_FLOORS = {"python-faq": {"@1": 0.76, "@3": 0.92, "mrr": 0.84, "refusal_recall": 0.95, "kept": 0.97},
-                 "debref-en-en": {"@1": 0.7, "@3": 0.9, "mrr": 0.83, "refusal_recall": 0.5, "kept": 0.9}}
+                 "debref-en-en": {"@1": 0.7, "@3": 0.9, "mrr": 0.83, "refusal_recall": 0.5, "kept": 0.9},
+                 "debfaq-en-en": {"@1": 0.47, "@3": 0.65, "mrr": 0.58, "kept": 0.96}}
 CORPORA = {"python-faq": EVAL / "python-faq" / "docs", "zh": SAMPLES / "zh",
            "xling-zh-en": SAMPLES / "en", "xling-en-zh": SAMPLES / "zh"}
 CASES = {"python-faq": EVAL / "python-faq" / "questions.jsonl", "zh": EVAL / "zh" / "questions.jsonl",
@@ -100,6 +107,10 @@ CROSS_LINGUAL = {"xling-zh-en": True, "xling-en-zh": False}  # dev set → are i
 DEBREF = {f"debref-{q}-{docs}": (docs, q) for docs in ("en", "zh") for q in ("en", "zh")}
 CORPORA |= {name: EVAL / "debref" / "docs" / docs for name, (docs, _) in DEBREF.items()}
 CASES |= {name: EVAL / "debref" / docs / f"questions-{q}.jsonl" for name, (docs, q) in DEBREF.items()}
+# The Debian FAQ set (data/eval/debfaq): the held-out format, one answer per document, the heading as the question.
+DEBFAQ = {f"debfaq-{q}-{docs}": (docs, q) for docs in ("en", "zh") for q in ("en", "zh")}
+CORPORA |= {name: EVAL / "debfaq" / "docs" / docs for name, (docs, _) in DEBFAQ.items()}
+CASES |= {name: EVAL / "debfaq" / docs / f"questions-{q}.jsonl" for name, (docs, q) in DEBFAQ.items()}
 
 
 @pytest.mark.parametrize("dev_set", sorted(CROSS_LINGUAL))
@@ -122,6 +133,20 @@ def test_debref_files_ask_the_same_facts_in_both_languages() -> None:
         assert all(has_cjk(case.question) == (questions == "zh") for case in cases), name
         assert all(has_cjk(case.expected_text) == (docs == "zh") for case in cases if case.answerable), name
         assert [case.answerable for case in cases] == [case.answerable for case in files["debref-en-en"]]
+
+
+def test_debfaq_files_ask_every_section_in_both_languages() -> None:
+    """Line i of every debfaq file asks for the same section's document, which exists in its corpus."""
+    files = {name: load_cases(CASES[name]) for name in DEBFAQ}
+    sources = [case.expected_source for case in files["debfaq-en-en"]]
+    assert len(sources) == len(set(sources)) >= 100
+    for name, cases in files.items():
+        docs, questions = DEBFAQ[name]
+        assert [case.expected_source for case in cases] == sources, name
+        assert all(has_cjk(case.question) == (questions == "zh") for case in cases), name
+        assert all(has_cjk((CORPORA[name] / source).read_text(encoding="utf-8")) == (docs == "zh")
+                   for source in sources), name
+        assert len(load_cases(CASES[name], "test")) == len(load_cases(CASES[name], "tune")) == len(cases) // 2
 
 
 @pytest.mark.slow  # parsing the PDFs takes seconds
@@ -164,20 +189,24 @@ def ingested(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
 # 0.865; hybrid keeps recall@3, 0.941 vs 0.918). The tune halves of the four English-question sets keep the dense
 # weight at 0.8 (the FAQ's alone would take 0.9, which costs the English questions over Chinese samples 0.05), so it
 # stays named here rather than refitted on the test half.
-KNOWN_FUSION_LOSSES = {("python-faq", "dense", "@1"), ("python-faq", "dense", "mrr")}
+# On the Debian FAQ's English test half dense alone finds two more in the top three (0.73 vs 0.69) where its tune half
+# prefers hybrid by four (0.87 vs 0.80): not refitted on the test half either.
+KNOWN_FUSION_LOSSES = {("python-faq", "dense", "@1"), ("python-faq", "dense", "mrr"), ("debfaq-en-en", "dense", "@3")}
 # Questions in one language over documents in the other: keywords rarely cross languages, and on these test halves
 # (21-22 questions, 18 on the Debian Reference) the pair's dense side alone lands within one or two questions of hybrid
 # either way, in both directions: dense-only recall@3 of the English questions over the Chinese samples moved between
 # two ingests of the same corpus (0.81, 0.86; hybrid 0.76 both times). The tune halves prefer fusion there (English
 # questions over the Chinese samples: recall@3 0.77 at dense weight 0.8, 0.64 at 1.0), so these sets are held by their
 # floors and by beating the weaker side, not by the loses-to-neither-side check.
-CROSS_LINGUAL_SETS = {"xling-zh-en", "xling-en-zh", "debref-zh-en", "debref-en-zh"}
+CROSS_LINGUAL_SETS = {"xling-zh-en", "xling-en-zh", "debref-zh-en", "debref-en-zh", "debfaq-zh-en", "debfaq-en-zh"}
 
 
 def _assert_floors(hybrid: dict[str, Any], floor: dict[str, float]) -> None:
     assert hybrid["recall"]["@1"] >= floor["@1"] and hybrid["recall"]["@3"] >= floor["@3"], hybrid
     assert hybrid["mrr"] >= floor["mrr"], hybrid
-    assert hybrid["refusal_recall"] >= floor["refusal_recall"] and hybrid["answerable_kept"] >= floor["kept"], hybrid
+    assert hybrid["answerable_kept"] >= floor["kept"], hybrid
+    if "refusal_recall" in floor:  # the Debian FAQ set has no unanswerable questions
+        assert hybrid["refusal_recall"] >= floor["refusal_recall"], hybrid
 
 
 @pytest.mark.slow
@@ -287,7 +316,8 @@ def test_answer_checks_with_the_real_llm(tmp_path: Path, llm_server: LLMServer) 
 # answers): test halves of 2026-12-04 (README, "Questions in the other language"), less about two questions for the
 # other CPU kind's arithmetic (a translation that changes by one word can move a question), and it must beat the
 # same search without translation.
-TRANSLATED_FLOORS = {"xling-zh-en": 0.72, "xling-en-zh": 0.8, "debref-zh-en": 0.7, "debref-en-zh": 0.66}
+TRANSLATED_FLOORS = {"xling-zh-en": 0.72, "xling-en-zh": 0.8, "debref-zh-en": 0.7, "debref-en-zh": 0.66,
+                     "debfaq-zh-en": 0.56, "debfaq-en-zh": 0.45}
 
 
 @pytest.mark.slow
