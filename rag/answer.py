@@ -43,6 +43,11 @@ GIVE_UP_AFTER = 3  # unsupported sentences in a row, none shown yet: the draft i
 MAX_SHOWN = 5  # the prompt asks for at most five sentences; a model that copies a whole excerpt is cut there
 ON_TOPIC = 0.3  # share of the question's words the first shown sentence (or its excerpt sentence) must hold
 _WHY = re.compile(r"\bwhy\b|为什么|为何", re.IGNORECASE)
+# A follow-up that leans on the conversation: it opens like a continuation or points back at something said.
+_REFERS_BACK = re.compile(r"^\W*(and|also|but|so|then|what about|how about)\b|\b(it|its|this|that|these|those|they|"
+                          r"them|their|same|other|one|ones|former|latter)\b|^\W*(那么|那|还有|另外|而且)|"
+                          r"它|这个|那个|这些|那些|这种|那种|上述|前者|后者", re.IGNORECASE)
+FEW_WORDS = 1  # a follow-up of this many search words or fewer ("Why?", "Details?") leans on the conversation too
 
 
 def confidence(best_score: float | None, threshold: float) -> float:
@@ -156,8 +161,11 @@ class QueryEngine:
         """Retrieved excerpts the principal may see, then checked answer text, then Done with the finished Answer.
         Setting `stop` (from another thread) ends the generation at its next token with rag.llm.Stopped."""
         run = _Run(question, history, question_language(question), time.perf_counter(), stop=stop)
-        run.standalone = self.condense(question, history) if history else question
-        run.shown_query = self._safe(run, run.standalone) if history else question  # the model's words, or theirs
+        # Only a question that leans on the conversation is rewritten: the small model, asked to rewrite a question
+        # on a new topic, carried the last topic into it.
+        condensed = bool(history) and refers_back(question)
+        run.standalone = self.condense(question, history) if condensed else question
+        run.shown_query = self._safe(run, run.standalone) if condensed else question  # the model's words, or theirs
         hits = self.retriever.search(run.standalone, top_k or self.top_k, principal)
         run.retrieve_ms, run.threshold = _ms(run.started), self.threshold_for(run.standalone)
         run.sure = confidence(hits[0].score if hits else None, run.threshold)
@@ -371,3 +379,9 @@ def _without_sources(answer: Answer) -> Answer:
 
 def _ms(since: float) -> float:
     return (time.perf_counter() - since) * 1000
+
+
+def refers_back(question: str) -> bool:
+    """Whether a question seems to lean on the conversation: a continuation, a word pointing back, or next to
+    no search words of its own."""
+    return _REFERS_BACK.search(question) is not None or len(set(tokenize(question))) <= FEW_WORDS

@@ -242,3 +242,17 @@ def test_a_sentence_shown_with_its_link_taken_out_passes_the_recheck(docs: Path,
     answer = engine.ask("Where is a list of Python books?", principal=ALL)
     assert answer.text == "See the python.org wiki at (link removed: wiki.python.org) for a list [1]."
     assert recheck(answer) == 1
+
+
+def test_a_new_topic_in_a_conversation_is_searched_alone(retriever: Retriever) -> None:
+    """Only a follow-up that leans on the conversation is rewritten: a chat's next question on another topic was
+    searched together with the last one and answered from its passages (data/QUESTIONS.md asked in one chat)."""
+    server = FakeLLMServer(lambda messages: "Install WireGuard and import the company profile [1].")
+    history: list[Message] = [{"role": "user", "content": "How many leave days do I get?"},
+                              {"role": "assistant", "content": "25 days a year [1]."}]
+    answer = QueryEngine(retriever, server.llm(), 1, 0.0).ask("How do I connect to the VPN?", history,
+                                                              principal=ALL)
+    assert answer.standalone_question == "How do I connect to the VPN?"
+    assert answer.sources[0].hit.source == "it/vpn.md"
+    assert len(server.requests) == 1  # the answer only: no rewrite asked for
+

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
+from rag.answer import refers_back
 from rag.prompt import (
     CONDENSE_PROMPT,
     REFUSAL,
@@ -147,3 +150,13 @@ def test_the_system_prompt_ends_with_one_worked_answer() -> None:
         "The question comes last.\n\nExample. Excerpt [1] says: \"To install a package, run apt install followed by "
         "the package name. Root rights are needed.\" Question: How do I install a package? Good answer: Run apt "
         "install followed by the package name; this needs root rights [1].")
+
+
+@pytest.mark.parametrize(("question", "leans"), [
+    ("How do I connect to it?", True), ("And what does the FULL variant do differently?", True),
+    ("What about Chinese?", True), ("Why?", True), ("那么它支持中文吗？", True), ("这个命令在哪里？", True),
+    ("How do I create a Python virtual environment?", False), ("什么是虚拟软件包？", False),
+    ("How much memory and disk space does a normal Debian 12 installation need?", False),
+    ("I18N 和 L10N 分别是什么意思？", False)])
+def test_which_questions_lean_on_the_conversation(question: str, leans: bool) -> None:
+    assert refers_back(question) is leans
