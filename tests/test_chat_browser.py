@@ -190,6 +190,17 @@ def test_sign_in_ask_read_sources_open_pdf_and_rate(page: Page, chat_app: ChatAp
     expect(searched).to_contain_text("Searched for")
     expect(searched).to_contain_text("Debian")
 
+    # A new topic in the same conversation is searched alone and answered from its own passages (joined to the last
+    # question, each new question of a chat was answered from the previous one's).
+    _ask(page, "How do I create a Python virtual environment?")
+    expect(page.locator("[data-step-type=assistant_message]").filter(has_text=METRICS)).to_have_count(
+        3, timeout=ANSWER_TIMEOUT_MS)
+    expect(page.locator("[data-step-type=assistant_message]").last).to_contain_text("python-tutorial-venv.html")
+    page.locator("[id='step-Searching documents']").last.click()
+    searched = page.locator("[data-step-type=retrieval]").last
+    expect(searched).to_contain_text("passages found")  # the step is open and filled
+    expect(searched).not_to_contain_text("Searched for")  # the question as asked: nothing rewritten or joined to it
+
 
 def _wait_for_feedback(app: ChatApp, timeout: float = 20.0):  # type: ignore[no-untyped-def]
     store = build_feedback_store(Settings(data_dir=app.data_dir, _env_file=None))  # type: ignore[call-arg]
