@@ -255,4 +255,3 @@ def test_a_new_topic_in_a_conversation_is_searched_alone(retriever: Retriever) -
     assert answer.standalone_question == "How do I connect to the VPN?"
     assert answer.sources[0].hit.source == "it/vpn.md"
     assert len(server.requests) == 1  # the answer only: no rewrite asked for
-
