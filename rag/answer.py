@@ -47,7 +47,7 @@ _WHY = re.compile(r"\bwhy\b|为什么|为何", re.IGNORECASE)
 _REFERS_BACK = re.compile(r"^\W*(and|also|but|so|then|what about|how about)\b|\b(it|its|this|that|these|those|they|"
                           r"them|their|same|other|one|ones|former|latter)\b|^\W*(那么|那|还有|另外|而且)|"
                           r"它|这个|那个|这些|那些|这种|那种|上述|前者|后者", re.IGNORECASE)
-FEW_WORDS = 1  # a follow-up of this many search words or fewer ("Why?", "Details?") leans on the conversation too
+FEW_WORDS = 2  # a follow-up of this many search words or fewer ("How many days?") leans on the conversation too
 
 
 def confidence(best_score: float | None, threshold: float) -> float:
@@ -161,12 +161,7 @@ class QueryEngine:
         """Retrieved excerpts the principal may see, then checked answer text, then Done with the finished Answer.
         Setting `stop` (from another thread) ends the generation at its next token with rag.llm.Stopped."""
         run = _Run(question, history, question_language(question), time.perf_counter(), stop=stop)
-        # Only a question that leans on the conversation is rewritten: the small model, asked to rewrite a question
-        # on a new topic, carried the last topic into it.
-        condensed = bool(history) and refers_back(question)
-        run.standalone = self.condense(question, history) if condensed else question
-        run.shown_query = self._safe(run, run.standalone) if condensed else question  # the model's words, or theirs
-        hits = self.retriever.search(run.standalone, top_k or self.top_k, principal)
+        hits = self._search(run, top_k or self.top_k, principal)
         run.retrieve_ms, run.threshold = _ms(run.started), self.threshold_for(run.standalone)
         run.sure = confidence(hits[0].score if hits else None, run.threshold)
         run.hits = relevant(hits, run.threshold)
@@ -190,6 +185,21 @@ class QueryEngine:
             if isinstance(event, Done):
                 return event.answer
         raise AssertionError("a stream always ends with Done")
+
+    def _search(self, run: _Run, k: int, principal: Principal) -> list[Hit]:
+        """The hits for the question, or for its standalone form when it leans on the conversation (sets
+        run.standalone and run.shown_query)."""
+        run.standalone = run.shown_query = run.question
+        # A question that does not lean on the conversation is searched as asked first, without the LLM: rewritten
+        # or joined to the last question (condense), a new topic was answered from the last one's passages.
+        if not run.history or not refers_back(run.question):
+            hits = self.retriever.search(run.question, k, principal)
+            found = relevant(hits, self.threshold_for(run.question))
+            if not run.history or (found and not unmentioned(run.question, found)):
+                return hits  # found as asked; else an elliptical follow-up ("How many days?")
+        run.standalone = self.condense(run.question, run.history)
+        run.shown_query = self._safe(run, run.standalone)  # the model's words, shown sanitised
+        return self.retriever.search(run.standalone, k, principal)
 
     def condense(self, question: str, history: Sequence[Message]) -> str:
         """A standalone version of a follow-up question, for retrieval."""

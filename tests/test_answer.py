@@ -250,8 +250,8 @@ def test_a_new_topic_in_a_conversation_is_searched_alone(retriever: Retriever) -
     server = FakeLLMServer(lambda messages: "Install WireGuard and import the company profile [1].")
     history: list[Message] = [{"role": "user", "content": "How many leave days do I get?"},
                               {"role": "assistant", "content": "25 days a year [1]."}]
-    answer = QueryEngine(retriever, server.llm(), 1, 0.0).ask("How do I connect to the VPN?", history,
+    answer = QueryEngine(retriever, server.llm(), 1, 0.0).ask("How do I connect to the office VPN?", history,
                                                               principal=ALL)
-    assert answer.standalone_question == "How do I connect to the VPN?"
+    assert answer.standalone_question == "How do I connect to the office VPN?"
     assert answer.sources[0].hit.source == "it/vpn.md"
     assert len(server.requests) == 1  # the answer only: no rewrite asked for

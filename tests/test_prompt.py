@@ -154,7 +154,8 @@ def test_the_system_prompt_ends_with_one_worked_answer() -> None:
 
 @pytest.mark.parametrize(("question", "leans"), [
     ("How do I connect to it?", True), ("And what does the FULL variant do differently?", True),
-    ("What about Chinese?", True), ("Why?", True), ("那么它支持中文吗？", True), ("这个命令在哪里？", True),
+    ("What about Chinese?", True), ("Why?", True), ("How many days?", True), ("那么它支持中文吗？", True),
+    ("这个命令在哪里？", True),
     ("How do I create a Python virtual environment?", False), ("什么是虚拟软件包？", False),
     ("How much memory and disk space does a normal Debian 12 installation need?", False),
     ("I18N 和 L10N 分别是什么意思？", False)])
