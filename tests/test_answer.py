@@ -255,3 +255,22 @@ def test_a_new_topic_in_a_conversation_is_searched_alone(retriever: Retriever) -
     assert answer.standalone_question == "How do I connect to the office VPN?"
     assert answer.sources[0].hit.source == "it/vpn.md"
     assert len(server.requests) == 1  # the answer only: no rewrite asked for
+
+
+def test_a_follow_up_that_finds_nothing_as_asked_is_condensed(retriever: Retriever) -> None:
+    """A question without a word pointing back ("Which client software is needed first?") that finds nothing on its
+    own is rewritten with the conversation and searched again."""
+    def reply(messages: list[dict[str, str]]) -> str:
+        if messages[0]["content"] == CONDENSE_PROMPT:
+            return "Which VPN client software is needed to reach the intranet?"
+        return "Install WireGuard and import the company profile [1]."
+
+    server = FakeLLMServer(reply)
+    history: list[Message] = [{"role": "user", "content": "Tell me about the VPN."},
+                              {"role": "assistant", "content": "It reaches the intranet [1]."}]
+    # The question alone scores 0.26 on the VPN page, the rewrite 0.55: a threshold between them.
+    engine = QueryEngine(retriever, server.llm(), 1, 0.4)
+    answer = engine.ask("Which client software is needed first?", history, principal=ALL)
+    assert answer.standalone_question == "Which VPN client software is needed to reach the intranet?"
+    assert answer.sources[0].hit.source == "it/vpn.md"
+    assert server.requests[0]["messages"][0]["content"] == CONDENSE_PROMPT  # type: ignore[index]
