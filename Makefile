@@ -25,7 +25,7 @@ export TOKENIZERS_PARALLELISM := false
 
 setup: $(VENV)/.synced $(VLLM_VENV)/.synced $(MODEL_DIR)/config.json $(TINY_MODEL_DIR)/config.json
 	@# The CPU embedder runs the model exported to ONNX: export it now (once; cached), not in the first ingest.
-	@$(BIN)/python -m rag.onnx_embedder >/dev/null
+	@$(BIN)/python -m rag.tools.prepare_models >/dev/null
 
 uv-installed:
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet "uv>=0.5"
@@ -73,6 +73,7 @@ llm: setup
 lint: $(VENV)/.synced
 	$(BIN)/ruff check rag ingest ui tests benchmarks
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 $(CHROMIUM) $(POSTGRES):
 	$(SUDO) apt-get update -qq

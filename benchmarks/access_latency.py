@@ -17,7 +17,7 @@ Readers: the local operator (no filter), one group (g3; sees ~19% of chunks), th
 Every question of the dev sets (Python FAQ, Chinese) runs in every variant back to back, the order rotating per
 question and round, so the machine's noise falls on all alike (the load average is printed before and after). A
 query is the whole retrieval, as in retrieval_latency: embedding the question, the dense search (Chroma, filtered
-however rag.retrieve filters it), BM25 (with its mask), fetching keyword-only finds, fusion. Filtered hits are
+however rag.core.retrieve filters it), BM25 (with its mask), fetching keyword-only finds, fusion. Filtered hits are
 checked against the labels this script assigned, not the labels the store returns.
 
 Build: ~20 minutes on 2 shared cores (15 embedding 8,000 passages at 7–9/s, 4 writing 100k chunks).
@@ -42,13 +42,13 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.common import CACHE, FAQ, REPO
-from rag.access import LOCAL_OPERATOR, AccessPolicy, DocAccess, Principal
+from rag.components.index import Index
 from rag.config import Settings
-from rag.embedder import Embedder, Vectors
-from rag.evaluate import load_cases, percentiles
-from rag.index import Index
-from rag.retrieve import Retriever
-from rag.types import Chunk
+from rag.core.access import LOCAL_OPERATOR, AccessPolicy, DocAccess, Principal
+from rag.core.ports import Embedder, Vectors
+from rag.core.retrieve import Retriever
+from rag.core.types import Chunk
+from rag.tools.evaluate import load_cases, percentiles
 from rag.wiring import build_embedder, build_store, prefer_passive_threads
 
 ROUNDS = 3

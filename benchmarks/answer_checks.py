@@ -21,12 +21,12 @@ from pathlib import Path
 from benchmarks.common import llm_server, sample_docs
 from benchmarks.query_path import QUESTIONS, QUICK_QUESTIONS
 from ingest import service
-from rag.access import LOCAL_OPERATOR
-from rag.answer import Answer, QueryEngine
 from rag.config import Settings
-from rag.extract import extract
-from rag.grounding import SupportChecker
-from rag.sentences import question_language
+from rag.core.access import LOCAL_OPERATOR
+from rag.core.answer import Answer, QueryEngine
+from rag.core.extract import extract
+from rag.core.grounding import SupportChecker
+from rag.core.sentences import question_language
 from rag.wiring import build_embedder, build_engine, prefer_passive_threads
 
 

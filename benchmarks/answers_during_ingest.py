@@ -26,7 +26,7 @@ import httpx
 from benchmarks.query_path import QUESTIONS
 from ingest import service
 from rag.config import Settings
-from rag.evaluate import percentiles
+from rag.tools.evaluate import percentiles
 from rag.wiring import build_embedder, prefer_passive_threads
 from tests.conftest import serving
 from tests.fake_llm import FakeLLMServer

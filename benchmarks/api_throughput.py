@@ -26,11 +26,11 @@ import httpx
 from benchmarks.common import free_port, llm_server, sample_docs, server_process
 from benchmarks.query_path import QUESTIONS
 from ingest import service
-from rag.access import LOCAL_OPERATOR
-from rag.answer import Retrieved
 from rag.config import Settings
-from rag.embedder import Embedder
-from rag.prompt import answer_messages
+from rag.core.access import LOCAL_OPERATOR
+from rag.core.answer import Retrieved
+from rag.core.ports import Embedder
+from rag.core.prompt import answer_messages
 from rag.wiring import build_embedder, build_engine, prefer_passive_threads
 
 KEY = secrets.token_hex(24)  # the API key the benchmark's `rag serve` accepts
@@ -60,7 +60,7 @@ async def _load(url: str, bodies: list[dict[str, object]], clients: int,
 
 def serve_env(settings: Settings, max_tokens: int) -> dict[str, str]:
     """`rag serve`'s environment as a deployment's: an API key (KEY), the chat's sign-in (a fresh secret, one user)."""
-    from ui.chat.users import hash_password
+    from ui.serving.users import hash_password
 
     return {**os.environ, "RAG_DATA_DIR": str(settings.data_dir), "RAG_LLM_BASE_URL": settings.llm_base_url,
             "RAG_MAX_ANSWER_TOKENS": str(max_tokens), "RAG_REFUSAL_THRESHOLD": "-1", "RAG_API_KEYS": f"{KEY}:*",

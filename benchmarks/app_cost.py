@@ -213,9 +213,9 @@ _END = object()
 
 def stage_rows(settings: Any, asked: list[str]) -> dict[str, float]:
     """CPU ms per answer by stage, the query path run in this process against the stub."""
-    from rag import answer as answer_module
-    from rag.access import LOCAL_OPERATOR
-    from rag.grounding import SupportChecker
+    from rag.core import answer as answer_module
+    from rag.core.access import LOCAL_OPERATOR
+    from rag.core.grounding import SupportChecker
     from rag.wiring import build_engine
     from ui.serving.answering import ask_body
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 from benchmarks.common import REPO, faq_pairs
 from ingest import service
-from rag.access import LOCAL_OPERATOR
 from rag.config import Settings
-from rag.retrieve import Retriever
+from rag.core.access import LOCAL_OPERATOR
+from rag.core.retrieve import Retriever
 from rag.wiring import build_embedder, build_store
 
 OFFTOPIC = REPO / "data" / "eval" / "offtopic.jsonl"

@@ -162,7 +162,7 @@ def _tail(log: Path, lines: int = 15) -> str:
 @contextmanager
 def llm_server(settings: Settings) -> Iterator[subprocess.Popen[bytes] | None]:
     """vLLM for RAG_LLM_BASE_URL: the one already answering there (None), else one started here and stopped after."""
-    from rag.llm_server import is_healthy, start_llm_server, wait_until_healthy
+    from rag.tools.llm_server import is_healthy, start_llm_server, wait_until_healthy
 
     if is_healthy(settings.llm_base_url):
         yield None

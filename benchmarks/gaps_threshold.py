@@ -1,4 +1,4 @@
-"""Pick rag.gaps.DISTANCE_THRESHOLD: how questions group into topics at each cosine-distance threshold.
+"""Pick rag.core.gaps.DISTANCE_THRESHOLD: how questions group into topics at each cosine-distance threshold.
 
     .venv/bin/python -m benchmarks.gaps_threshold
 
@@ -22,7 +22,7 @@ from sklearn.metrics import adjusted_rand_score
 
 from benchmarks.common import REPO
 from rag.config import Settings
-from rag.gaps import cluster
+from rag.core.gaps import cluster
 from rag.wiring import build_embedder
 
 THRESHOLDS = (0.3, 0.4, 0.5, 0.55, 0.6, 0.65, 0.7, 0.8)

@@ -172,9 +172,10 @@ def stages(docs: Path, chroma_url: str, device: str, batch_sizes: Sequence[int],
     """Each stage alone over the corpus: seconds and MB/min (the corpus's bytes over the stage's time)."""
     from ingest.chunker import chunk_document
     from ingest.parse import SUPPORTED, is_supported, token_counter
+    from rag.components.keyword import KeywordIndex
     from rag.config import Settings
-    from rag.keyword import KeywordIndex, tokenize
-    from rag.types import Chunk
+    from rag.core.text import tokenize
+    from rag.core.types import Chunk
     from rag.wiring import build_chroma_client, build_embedder, tokenizer_path
 
     settings = Settings(_env_file=None, embed_device=device, chroma_url=chroma_url)  # type: ignore[call-arg]
@@ -215,7 +216,7 @@ def stages(docs: Path, chroma_url: str, device: str, batch_sizes: Sequence[int],
 
 def chroma_write(client: Any, chunks: list[Any], vectors: Any, writers: int) -> float:
     """Seconds to upsert every chunk into a fresh collection through ChromaStore, `writers` batches at a time."""
-    from rag.store import ChromaStore
+    from rag.components.store import ChromaStore
 
     store = ChromaStore(client, f"stage{uuid.uuid4().hex[:10]}", "bench")
     batches = [(chunks[i : i + 1024], vectors[i : i + 1024]) for i in range(0, len(chunks), 1024)]

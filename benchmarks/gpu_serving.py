@@ -15,7 +15,7 @@ two cells of 3 requests and 4 output tokens, and prints the table: it checks the
   ERNIE's tokenizer cannot be had either: TOKENIZER is any Hugging Face tokenizer folder with a chat template and a
   vocabulary under 103,424 (we use SmolLM2's, bundled with this repo's offline model); prompt token counts are
   reported as measured.
-- Prompts come from our own prompt builder (rag.prompt.answer_messages): the byte-stable system prompt, three
+- Prompts come from our own prompt builder (rag.core.prompt.answer_messages): the byte-stable system prompt, three
   excerpts drawn from a pool of real passages (data/eval/python-faq/docs), and a dev-set question.
 - Each profile starts its own vLLM OpenAI server, then drives it at fixed Poisson request rates and unbounded,
   streaming, `ignore_eos`, 128 output tokens, a bounded number of requests per cell, REPEATS times.
@@ -44,9 +44,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.common import server_process  # noqa: E402
-from rag.evaluate import load_cases  # noqa: E402
-from rag.prompt import answer_messages  # noqa: E402
-from rag.types import Hit  # noqa: E402
+from rag.core.prompt import answer_messages  # noqa: E402
+from rag.core.types import Hit  # noqa: E402
+from rag.tools.evaluate import load_cases  # noqa: E402
 
 ERNIE_CONFIG = {
     "architectures": ["Ernie4_5ForCausalLM"], "model_type": "ernie4_5", "hidden_size": 1024,

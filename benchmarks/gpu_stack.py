@@ -123,11 +123,11 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 def questions_with_excerpts(settings_env: dict[str, str], limit: int) -> list[tuple[str, list[dict[str, Any]]]]:
     """(question, the messages /v1/ask would send to the LLM) for dev-set questions whose retrieval finds excerpts."""
-    from rag.access import LOCAL_OPERATOR
-    from rag.answer import relevant, unmentioned
     from rag.config import Settings
-    from rag.evaluate import load_cases
-    from rag.prompt import answer_messages
+    from rag.core.access import LOCAL_OPERATOR
+    from rag.core.answer import relevant, unmentioned
+    from rag.core.prompt import answer_messages
+    from rag.tools.evaluate import load_cases
     from rag.wiring import build_retriever
 
     chosen: dict[str, Any] = {k[4:].lower(): v for k, v in settings_env.items() if k.startswith("RAG_")}
@@ -145,7 +145,7 @@ def questions_with_excerpts(settings_env: dict[str, str], limit: int) -> list[tu
 
 
 def bare_body(messages: list[dict[str, Any]], model: str, max_tokens: int, penalty: float) -> dict[str, Any]:
-    """The chat request rag.llm.LLM sends for an answer."""
+    """The chat request rag.components.llm.LLM sends for an answer."""
     return {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0.0, "stream": True,
             "repetition_penalty": penalty,
             "stream_options": {"include_usage": True, "continuous_usage_stats": True}}

@@ -25,19 +25,12 @@ os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 from benchmarks.common import corpus_bytes, faq_pairs, python_docs, recall_at, sample_docs
 from ingest import service
 from ingest.runner import warm_parsers
-from rag.access import LOCAL_OPERATOR
-from rag.config import BUNDLED_EMBED_MODEL, Settings
-from rag.llm_server import BF16_FLAGS, cpu_flags
-from rag.onnx_embedder import ModelFolder
-from rag.wiring import (
-    build_embedder,
-    build_retriever,
-    build_store,
-    embed_backend,
-    embed_dtype,
-    resolve_embed_model,
-    tokenizer_path,
-)
+from rag.components.cpu import BF16_FLAGS, cpu_flags
+from rag.components.models import BUNDLED_EMBED_MODEL, resolve_embed_model
+from rag.components.onnx_embedder import ModelFolder
+from rag.config import Settings
+from rag.core.access import LOCAL_OPERATOR
+from rag.wiring import build_embedder, build_retriever, build_store, embed_backend, embed_dtype, tokenizer_path
 
 NAN = float("nan")
 

@@ -33,16 +33,16 @@ import numpy as np
 
 from benchmarks.access_latency import copy_vectors, document_access, split_passages
 from benchmarks.common import CACHE, REPO, _sigterm_as_exit
-from rag.access import LOCAL_OPERATOR, Principal
+from rag.components.index import Index
+from rag.components.keyword import KeywordIndex
+from rag.components.keyword_pg import PgKeywordIndex
+from rag.components.store import ChromaStore
 from rag.config import Settings
-from rag.embedder import Embedder
-from rag.evaluate import load_cases, percentiles
-from rag.index import Index, KeywordStore
-from rag.keyword import KeywordIndex
-from rag.keyword_pg import PgKeywordIndex
-from rag.retrieve import Retriever
-from rag.store import ChromaStore
-from rag.types import Chunk
+from rag.core.access import LOCAL_OPERATOR, Principal
+from rag.core.ports import Embedder, KeywordStore
+from rag.core.retrieve import Retriever
+from rag.core.types import Chunk
+from rag.tools.evaluate import load_cases, percentiles
 from rag.wiring import build_chroma_client, build_embedder, prefer_passive_threads
 
 CHUNKS, UNIQUE, ROUNDS = 100_000, 4_000, 3

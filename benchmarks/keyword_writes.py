@@ -1,5 +1,6 @@
 """What one write to the keyword index costs until the next search sees it, and search latency, at 100k chunks:
-the full rebuild per write (bm25s, as rag.keyword did before snapshots) against incremental snapshots, in one run.
+the full rebuild per write (bm25s, as rag.components.keyword did before snapshots) against incremental snapshots, in
+one run.
 
     .venv/bin/python -m benchmarks.keyword_writes [--chunks 100000] [--rounds 10] [--quick]
 
@@ -26,11 +27,12 @@ from typing import Any
 
 import numpy as np
 
-from rag.access import DocAccess
-from rag.evaluate import percentiles
-from rag.keyword import SCHEMA, KeywordIndex, tokenize
-from rag.keyword_snapshot import K1, B, compact
-from rag.types import Chunk
+from rag.components.keyword import SCHEMA, KeywordIndex
+from rag.components.keyword_snapshot import K1, B, compact
+from rag.core.access import DocAccess
+from rag.core.text import tokenize
+from rag.core.types import Chunk
+from rag.tools.evaluate import percentiles
 
 VOCABULARY = 40_000
 WORDS_PER_CHUNK = 120
@@ -187,7 +189,7 @@ def run(n: int, rounds: int, searches: int, folder: Path) -> None:
 
 def _with_tombstones(index: KeywordIndex) -> Any:
     """The index's snapshot with a quarter of its chunks deleted, so that compact() rebuilds it."""
-    from rag.keyword_snapshot import apply
+    from rag.components.keyword_snapshot import apply
 
     snapshot = index._snapshot
     assert snapshot is not None

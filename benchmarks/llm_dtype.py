@@ -22,8 +22,9 @@ from pathlib import Path
 import httpx
 
 from benchmarks.common import REPO, free_port, stopped_on_exit
+from rag.components.cpu import cpu_flags
 from rag.config import Settings
-from rag.llm_server import cpu_flags, llm_dtype, start_llm_server, wait_until_healthy
+from rag.tools.llm_server import llm_dtype, start_llm_server, wait_until_healthy
 
 PROMPT = " ".join(f"word{i} is a fine example of text number {i}." for i in range(110))
 CONFIGS = {"bf16, 1 core kept (former)": ("bfloat16", "1"), "float32, 1 core kept": ("float32", "1"),

@@ -22,7 +22,7 @@ from pathlib import Path
 from benchmarks.common import REPO, free_port, stopped_on_exit
 from benchmarks.llm_dtype import PROMPT, timed_request
 from rag.config import Settings
-from rag.llm_server import llm_dtype, start_llm_server, wait_until_healthy
+from rag.tools.llm_server import llm_dtype, start_llm_server, wait_until_healthy
 
 MODELS = {"qwen2.5-coder-0.5b": "qwen2.5-coder-0.5b-instruct", "smollm2-135m": "smollm2-135m-instruct"}
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from benchmarks.common import REPO, free_port, stopped_on_exit
 from benchmarks.llm_dtype import PROMPT, timed_request
 from rag.config import Settings
-from rag.llm_server import llm_dtype, start_llm_server, wait_until_healthy
+from rag.tools.llm_server import llm_dtype, start_llm_server, wait_until_healthy
 
 ROUNDS = 5
 

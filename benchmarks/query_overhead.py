@@ -22,10 +22,11 @@ from pathlib import Path
 
 from benchmarks.access_latency import ensure_collection, faq_passages, questions
 from benchmarks.retrieval_latency import alternating_times
-from rag.config import BUNDLED_EMBED_MODEL, BUNDLED_PAIR_MODEL, Settings
-from rag.evaluate import percentiles
-from rag.llm_server import BF16_FLAGS, cpu_flags
-from rag.retrieve import Retriever
+from rag.components.cpu import BF16_FLAGS, cpu_flags
+from rag.components.models import BUNDLED_EMBED_MODEL
+from rag.config import BUNDLED_PAIR_MODEL, Settings
+from rag.core.retrieve import Retriever
+from rag.tools.evaluate import percentiles
 from rag.wiring import build_embedder, build_retriever, build_store, prefer_passive_threads
 
 ROUNDS = 2

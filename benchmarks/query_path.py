@@ -23,11 +23,11 @@ import httpx
 
 from benchmarks.common import llm_server, sample_docs
 from ingest import service
-from rag.access import LOCAL_OPERATOR
-from rag.answer import QueryEngine, Retrieved, Token
+from rag.components.llm import LLM
 from rag.config import Settings
-from rag.llm import LLM
-from rag.prompt import answer_messages
+from rag.core.access import LOCAL_OPERATOR
+from rag.core.answer import QueryEngine, Retrieved, Token
+from rag.core.prompt import answer_messages
 from rag.wiring import build_embedder, build_engine, build_llm, prefer_passive_threads
 
 QUESTIONS = [

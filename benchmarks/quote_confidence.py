@@ -3,9 +3,9 @@
     RAG_DATA_DIR=... python -m benchmarks.quote_confidence CASES.jsonl [--split tune]
 
 For each case: retrieval as the answer path runs it (the principal sees everything), the excerpts it would give the
-model, and the best score of rag.extract's quotes over them. Prints, per language, the best scores of answerable
+model, and the best score of rag.core.extract's quotes over them. Prints, per language, the best scores of answerable
 questions whose passage was retrieved, and of unanswerable ones (near misses, off-topic) that got past retrieval,
-and the share of each at or above candidate floors: rag.extract.CONFIDENT_SCORE is the floor under which a quote is
+and the share of each at or above candidate floors: rag.core.extract.CONFIDENT_SCORE is the floor under which a quote is
 not shown after the model refused or its draft was withheld (README, "Refusals mean not in the documents").
 """
 
@@ -15,13 +15,13 @@ import argparse
 from collections import defaultdict
 from pathlib import Path
 
-from rag.access import LOCAL_OPERATOR
-from rag.answer import relevant
 from rag.config import load_settings
-from rag.embedder import sentence_encoder
-from rag.evaluate import load_cases
-from rag.extract import extract
-from rag.sentences import question_language
+from rag.core.access import LOCAL_OPERATOR
+from rag.core.answer import relevant
+from rag.core.extract import extract
+from rag.core.ports import sentence_encoder
+from rag.core.sentences import question_language
+from rag.tools.evaluate import load_cases
 from rag.wiring import build_embedder, build_engine
 
 FLOORS = (0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7)

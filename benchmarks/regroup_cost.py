@@ -19,7 +19,7 @@ from pathlib import Path
 from benchmarks.common import REPO
 from ingest import service
 from rag.config import Settings
-from rag.embedder import Embedder
+from rag.core.ports import Embedder
 from rag.wiring import build_embedder, prefer_passive_threads
 
 FILES = ("debian-history.pdf", "postgresql-routine-vacuuming.html", "systemd-uids-gids.md")

@@ -19,11 +19,11 @@ from pathlib import Path
 
 from benchmarks.common import CACHE, REPO, sample_docs
 from ingest import service
-from rag.access import LOCAL_OPERATOR
 from rag.config import Settings
-from rag.embedder import Embedder
-from rag.evaluate import load_cases, percentiles
-from rag.retrieve import Retriever
+from rag.core.access import LOCAL_OPERATOR
+from rag.core.ports import Embedder
+from rag.core.retrieve import Retriever
+from rag.tools.evaluate import load_cases, percentiles
 from rag.wiring import build_embedder, build_store, prefer_passive_threads
 
 ROUNDS = 3

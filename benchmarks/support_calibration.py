@@ -3,7 +3,7 @@
     python -m benchmarks.support_calibration [--file F] [--split tune|test|all] [--show unsupported-accepted]
 
 Each labelled row holds a question, its retrieved excerpts, one sentence (written by the offline model, or a
-constructed hard case) and a label: "supported", "unsupported" or "filler". The check (rag.grounding) is run as the
+constructed hard case) and a label: "supported", "unsupported" or "filler". The check (rag.core.grounding) is run as the
 answer path runs it; "supported" is the positive class, filler rows are left out. Precision is the constraint: a
 sentence shown that the excerpts do not support is the failure the product must not have.
 """
@@ -15,8 +15,8 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from rag.grounding import SupportChecker
-from rag.sentences import question_language
+from rag.core.grounding import SupportChecker
+from rag.core.sentences import question_language
 
 LABELLED = Path(__file__).resolve().parent.parent / "data" / "eval" / "support" / "labelled.jsonl"
 

@@ -5,7 +5,7 @@
 Runs the real query path (RAG_* settings: the index in RAG_DATA_DIR, the LLM at RAG_LLM_BASE_URL) in `generate`
 mode, so every sentence the model writes is judged and kept, shown or not. One JSON line per sentence: the
 question, the retrieved excerpts (numbered from 1), the sentence and today's verdict. `label` is left empty for a
-person to fill ("supported" / "unsupported"); rag.grounding is calibrated on the labelled file.
+person to fill ("supported" / "unsupported"); rag.core.grounding is calibrated on the labelled file.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import argparse
 import json
 from pathlib import Path
 
-from rag.access import LOCAL_OPERATOR
 from rag.config import load_settings
-from rag.evaluate import load_cases
+from rag.core.access import LOCAL_OPERATOR
+from rag.tools.evaluate import load_cases
 from rag.wiring import build_engine
 
 

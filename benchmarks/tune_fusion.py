@@ -4,7 +4,8 @@
     .venv/bin/python -m benchmarks.tune_fusion --quick   # 12 Python FAQ documents and their questions, ingested here
 
 Each argument pairs a data dir (a corpus ingested with RAG_EMBED_MODEL) with a case file. For every dense share in
-GRID it runs `rag eval`'s measure (rag.evaluate) over the **tune half** of every pair (the test half is what README
+GRID it runs `rag eval`'s measure (rag.tools.evaluate) over the **tune half** of every pair (the test half is what
+README
 reports, so it is never fitted) — the share applies to the questions' language
 (English questions: RAG_HYBRID_DENSE_WEIGHT, Chinese ones: RAG_HYBRID_DENSE_WEIGHT_CJK) — and prints recall@1/@3
 and MRR per case file, with the refusal threshold `rag eval` suggests at that share. Questions are embedded
@@ -21,11 +22,11 @@ from pathlib import Path
 
 from benchmarks.common import FAQ
 from ingest import service
-from rag.access import LOCAL_OPERATOR
 from rag.config import Settings
-from rag.embedder import Embedder
-from rag.evaluate import evaluate, load_cases
-from rag.retrieve import Fusion
+from rag.core.access import LOCAL_OPERATOR
+from rag.core.ports import Embedder
+from rag.core.retrieve import Fusion
+from rag.tools.evaluate import evaluate, load_cases
 from rag.wiring import build_embedder, build_retriever, build_store, prefer_passive_threads
 
 GRID = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)

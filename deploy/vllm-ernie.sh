@@ -29,7 +29,7 @@ args=(
   # fp8 weights (online quantization of the bf16 checkpoint): lower first-token and per-token latency under load
   # than bf16 on an H200 (docs/performance.md); --kv-cache-dtype fp8 measured no faster, so it stays off.
   --quantization fp8
-  # The system prompt is byte-stable (rag/prompt.py), so its KV blocks are computed once and reused.
+  # The system prompt is byte-stable (rag/core/prompt.py), so its KV blocks are computed once and reused.
   --enable-prefix-caching
   # 3 excerpts of <=256 tokens + ~450-token system prompt + history + a 384-token answer fit easily.
   --max-model-len "${MAX_MODEL_LEN:-8192}"

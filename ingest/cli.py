@@ -20,7 +20,7 @@ from ingest.reembed import reembed as reembed_collection
 from ingest.terminal import plain
 from ingest.watch import Stopped, Watcher
 from rag.config import Settings, load_settings
-from rag.errors import RagError
+from rag.core.errors import RagError
 from rag.wiring import hold_embedded_store
 
 

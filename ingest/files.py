@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ingest.scan import file_hash
-from rag.errors import ReadOnlyFolder
+from rag.core.errors import ReadOnlyFolder
 
 UPLOAD, BACKUP, DELETING, STAGING = ".upload-", ".backup-", ".deleting-", ".staging-"
 # An upload file is created under STAGING, locked, then renamed to UPLOAD: between creation and lock no lock says

@@ -16,8 +16,8 @@ from typing import Any
 
 import yaml
 
-from rag.access import DocAccess, document_access
-from rag.sanitize import strip_invisible
+from rag.core.access import DocAccess, document_access
+from rag.core.sanitize import strip_invisible
 
 # A zip member (DOCX) may not expand past this: guards against decompression bombs.
 MAX_UNZIPPED_BYTES = 200 * 1024 * 1024

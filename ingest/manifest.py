@@ -49,7 +49,7 @@ class Entry:
     title: str
     chunk_ids: tuple[str, ...]
     ingested_at: str = ""
-    access: str | None = None  # rag.access.DocAccess.label; None for entries recorded before access labels
+    access: str | None = None  # rag.core.access.DocAccess.label; None for entries recorded before access labels
     sidecar_hash: str = ""  # of the NAME.meta.yaml beside the file ("" when none): a change relabels the chunks
 
 

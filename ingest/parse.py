@@ -17,7 +17,7 @@ from ingest.chunker import Piece, TokenCounter, chunk_document
 from ingest.html import load_html
 from ingest.loaders import LOADERS, LoadedDoc, LoadError, decode_text, front_matter, load_markdown
 from ingest.safe_read import read_inside
-from rag.access import DocAccess, document_access
+from rag.core.access import DocAccess, document_access
 
 if TYPE_CHECKING:
     from ingest.scan import FoundFile

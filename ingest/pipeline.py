@@ -11,7 +11,7 @@ from typing import Protocol
 from ingest.manifest import Entry, Manifest
 from ingest.parse import ParsedDoc
 from ingest.scan import FoundFile, content_hash, document_id, scan_path, sidecar_hash
-from rag.types import Chunk
+from rag.core.types import Chunk
 
 
 @dataclass(frozen=True, slots=True)

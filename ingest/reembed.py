@@ -3,7 +3,7 @@
 The stored chunks are copied (text, document, page, headings, access labels) and only their vectors are computed
 again, so nothing is parsed and the result does not depend on the folders still being where they were. The keyword
 index and the manifest are model-independent and copied as they are. Until the new generation is registered
-(rag.collections), every process keeps using the old one; one left by a killed run is dropped by the next.
+(rag.components.collections), every process keeps using the old one; one left by a killed run is dropped by the next.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING
 
 from ingest.manifest import Manifest
 from ingest.service import ingest_lock, open_manifest
-from rag.collections import CollectionRegistry
+from rag.components.collections import CollectionRegistry
+from rag.components.store import ChromaStore
 from rag.config import Settings
-from rag.embedder import Embedder
-from rag.errors import ConfigError
-from rag.store import ChromaStore
+from rag.core.errors import ConfigError
+from rag.core.ports import Embedder
 from rag.wiring import build_chroma_client, build_embedder, copy_shared_keyword_index, drop_keyword_index, keyword_path
 
 if TYPE_CHECKING:

@@ -19,10 +19,10 @@ from ingest.manifest import Entry, Manifest
 from ingest.parse import ChunkSpec, ParsedDoc, init_worker, parse_file, read_access
 from ingest.pipeline import NoProgress, Plan, Progress, Report, Task, build_chunks
 from ingest.scan import sidecar_bytes
-from rag.access import DocAccess
-from rag.embedder import Embedder, Vectors
-from rag.index import Index
-from rag.types import Chunk
+from rag.components.index import Index
+from rag.core.access import DocAccess
+from rag.core.ports import Embedder, Vectors
+from rag.core.types import Chunk
 
 IN_FLIGHT = 16  # files parsed ahead of the embedder (per parse worker: 4 each, at least this many)
 FIRST_BATCH = 64  # the first batches are small so the embedder starts soon; they double up to the setting

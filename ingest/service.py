@@ -12,11 +12,11 @@ from ingest.manifest import Entry, Manifest
 from ingest.parse import ChunkSpec
 from ingest.pipeline import Plan, Progress, Report, plan_sync
 from ingest.runner import remove_document, repair_pending, run_sync, warm_parsers
-from rag import filelock
+from rag.components import filelock
+from rag.components.index import Index
 from rag.config import Settings
-from rag.embedder import Embedder
-from rag.errors import IngestBusy
-from rag.index import Index
+from rag.core.errors import IngestBusy
+from rag.core.ports import Embedder
 from rag.wiring import build_embedder, build_store, collection_name, tokenizer_path
 
 

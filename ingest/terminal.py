@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.markup import escape
 
-from rag.sanitize import printable
+from rag.core.sanitize import printable
 
 
 def plain(text: object) -> str:

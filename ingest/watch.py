@@ -21,10 +21,10 @@ from ingest.parse import SIDECAR_SUFFIX, is_supported
 from ingest.pipeline import NoProgress, Plan, Progress, Report
 from ingest.scan import is_temporary
 from ingest.terminal import plain
+from rag.components.index import Index
 from rag.config import Settings
-from rag.embedder import Embedder
-from rag.errors import IngestBusy, RagError
-from rag.index import Index
+from rag.core.errors import IngestBusy, RagError
+from rag.core.ports import Embedder
 from rag.wiring import build_embedder, build_store
 
 LOCK_POLL_S = 1.0  # how long one try for the ingest lock lasts; a short hold (an API upload) passes unannounced

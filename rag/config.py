@@ -12,12 +12,11 @@ from urllib.parse import urlsplit
 from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from rag.access import AccessPolicy
-from rag.errors import ConfigError
+from rag.components.models import BUNDLED_E5_MODEL, BUNDLED_EMBED_MODEL
+from rag.core.access import AccessPolicy
+from rag.core.errors import ConfigError
 
-BUNDLED_EMBED_MODEL = "bundled:all-MiniLM-L6-v2"
-BUNDLED_E5_MODEL = "bundled:multilingual-e5-small"
-# Both bundled models as one (rag.paired_embedder): MiniLM for English questions, e5 for Chinese ones.
+# Both bundled models as one (rag.components.paired_embedder): MiniLM for English questions, e5 for Chinese ones.
 BUNDLED_PAIR_MODEL = f"{BUNDLED_EMBED_MODEL}+{BUNDLED_E5_MODEL}"
 # The offline default LLM (Qwen2.5-Coder-0.5B-Instruct, verified and converted by make setup: README).
 OFFLINE_LLM = "qwen2.5-coder-0.5b-instruct"
@@ -31,7 +30,7 @@ class RetrievalTuning:
     refusal_threshold_cjk: float
     dense_weight: float
     dense_weight_cjk: float
-    pair_share: float = 0.5  # a pair's first model's share of the dense score (rag.paired_embedder)
+    pair_share: float = 0.5  # a pair's first model's share of the dense score (rag.components.paired_embedder)
     pair_share_cjk: float = 0.0
     # (offset, slope): a pair's second-model cosine on the first model's scale (PairedEmbedder.first_from_second).
     pair_cross_scale: tuple[float, float] | None = None
@@ -109,7 +108,7 @@ class Settings(BaseSettings):
     ingest_workers: int = Field(default=2, ge=1, le=64)
     chroma_url: str = ""
     chroma_token: str = Field(default="", repr=False)
-    keyword_db_url: str = Field(default="", repr=False)  # PostgreSQL for the keyword index (rag.keyword_pg)
+    keyword_db_url: str = Field(default="", repr=False)  # PostgreSQL for the keyword index (rag.components.keyword_pg)
     collection: str = "documents"
     chunk_tokens: int = Field(default=250, ge=16)
     chunk_overlap_tokens: int = Field(default=32, ge=0)

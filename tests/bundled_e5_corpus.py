@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 from bs4 import BeautifulSoup
 
-from rag.bundled_e5 import Bundle
+from rag.components.bundled_e5 import Bundle
 
 REPO = Path(__file__).resolve().parent.parent
 SOURCES = [REPO / "data/samples/en", REPO / "data/samples/zh", REPO / "data/eval/python-faq/docs"]

@@ -22,7 +22,7 @@ import pytest
 import uvicorn
 
 from rag.config import Settings
-from rag.embedder import CalibratedEmbedder, Embedder, Vectors, sentence_encoder
+from rag.core.ports import CalibratedEmbedder, Embedder, Vectors, sentence_encoder
 from rag.wiring import build_embedder
 from ui.chat import CHAT_DIR
 
@@ -262,7 +262,7 @@ class LLMServer:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        from rag.llm_server import is_healthy, start_llm_server, wait_until_healthy
+        from rag.tools.llm_server import is_healthy, start_llm_server, wait_until_healthy
 
         if not is_healthy(self.settings.llm_base_url):
             self.process = start_llm_server(self.settings, self.log)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import httpx2
 from openai import OpenAI
 
-from rag.llm import LLM
+from rag.components.llm import LLM
 
 Reply = Callable[[list[dict[str, str]]], str]
 

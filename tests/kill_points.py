@@ -26,8 +26,10 @@ import numpy as np
 # Every write an ingest, upload or delete makes, in the modules that make it.
 STEPS = (
     "ingest.manifest:Manifest.begin", "ingest.manifest:Manifest.put", "ingest.manifest:Manifest.remove",
-    "rag.store:ChromaStore.upsert", "rag.store:ChromaStore.delete", "rag.store:ChromaStore.set_access",
-    "rag.keyword:KeywordIndex.add", "rag.keyword:KeywordIndex.delete", "rag.keyword:KeywordIndex.set_access",
+    "rag.components.store:ChromaStore.upsert", "rag.components.store:ChromaStore.delete",
+    "rag.components.store:ChromaStore.set_access",
+    "rag.components.keyword:KeywordIndex.add", "rag.components.keyword:KeywordIndex.delete",
+    "rag.components.keyword:KeywordIndex.set_access",
     "ingest.files:swap_in", "ingest.files:Swap.commit", "ingest.files:Swap.restore", "ingest.files:move_aside",
 )
 _WORD = re.compile(r"\w+")
@@ -93,8 +95,8 @@ def _counter(mode: str) -> Callable[[str], None]:
 def run_change(data_dir: Path, docs: Path, action: str, args: list[str]) -> None:
     """Carry out one change as rag-ingest or the API would."""
     from ingest import files, service
-    from rag.access import LOCAL_OPERATOR
     from rag.config import Settings
+    from rag.core.access import LOCAL_OPERATOR
     from rag.wiring import build_store
 
     settings = Settings(data_dir=data_dir, docs_dir=docs, _env_file=None)  # type: ignore[call-arg]

@@ -16,9 +16,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from ingest import service
-from rag.access import ANONYMOUS, LOCAL_OPERATOR, DocAccess, Principal
 from rag.config import Settings
-from rag.retrieve import overfetch_for
+from rag.core.access import ANONYMOUS, LOCAL_OPERATOR, DocAccess, Principal
+from rag.core.retrieve import overfetch_for
 from rag.wiring import build_retriever, build_store
 from tests.conftest import REPO, STORE_MODES, CountingEmbedder, start_chroma
 from tests.fake_llm import FakeLLMServer

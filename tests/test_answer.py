@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-import rag.extract as extract_module
+import rag.core.extract as extract_module
 from ingest import service
-from rag.access import LOCAL_OPERATOR as ALL
-from rag.answer import Done, QueryEngine, Retrieved, Token
 from rag.config import Settings
-from rag.embedder import sentence_encoder
-from rag.errors import EmptyIndex, LLMUnavailable
-from rag.evaluate import recheck
-from rag.prompt import CONDENSE_PROMPT, REFUSAL, SYSTEM_PROMPT, Message
-from rag.retrieve import Retriever
+from rag.core.access import LOCAL_OPERATOR as ALL
+from rag.core.answer import Done, QueryEngine, Retrieved, Token
+from rag.core.errors import EmptyIndex, LLMUnavailable
+from rag.core.ports import sentence_encoder
+from rag.core.prompt import CONDENSE_PROMPT, REFUSAL, SYSTEM_PROMPT, Message
+from rag.core.retrieve import Retriever
+from rag.tools.evaluate import recheck
 from rag.wiring import build_llm, build_store
 from tests.conftest import STORE_MODES, CountingEmbedder
 from tests.fake_llm import FakeLLMServer

@@ -15,8 +15,8 @@ from fastapi.testclient import TestClient
 
 from ingest import service
 from rag.config import Settings
-from rag.errors import Busy, ConfigError
-from rag.prompt import REFUSAL
+from rag.core.errors import Busy, ConfigError
+from rag.core.prompt import REFUSAL
 from rag.wiring import build_llm
 from tests.conftest import CountingEmbedder
 from tests.docs_factory import pdf_bytes

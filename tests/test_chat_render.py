@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from rag.answer import Answer, Sentence, Source, Timings
-from rag.llm import Usage
-from rag.types import Hit
+from rag.core.answer import Answer, Sentence, Source, Timings
+from rag.core.ports import Usage
+from rag.core.types import Hit
 from ui.chat.render import answer_markdown, metrics_line, snippet, source_name, source_panels, welcome_markdown
 from ui.chat.texts import Language, pick_language
 

@@ -30,16 +30,17 @@ from websockets.sync.client import ClientConnection
 from websockets.sync.client import connect as ws_connect
 
 from rag.config import Settings
-from rag.errors import ConfigError
+from rag.core.errors import ConfigError
 from tests.conftest import serving
 from tests.fake_llm import FakeLLMServer
-from ui.chat import state, users
+from ui.chat import state
 from ui.chat.login import Throttle
 from ui.chat.sessions import ENDED, current_user
 from ui.chat.state import ChatContext
-from ui.chat.users import UiUser, hash_password, parse_users
 from ui.headers import rewrite_html
+from ui.serving import users
 from ui.serving.services import build_services
+from ui.serving.users import UiUser, hash_password, parse_users
 
 SECRET = secrets.token_hex(32)
 PASSWORDS = {name: f"{name} pw" for name in ("alice", "bob", "carol", "dave", "erin", "frank", "gail")}

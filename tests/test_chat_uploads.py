@@ -30,17 +30,17 @@ from starlette.datastructures import Headers, UploadFile
 from starlette.types import Message, Receive, Scope, Send
 
 from ingest import service
-from rag.access import Principal
 from rag.config import Settings
-from rag.embedder import Embedder
+from rag.core.access import Principal
+from rag.core.ports import Embedder
 from tests.fake_llm import FakeLLMServer
 from ui.chat import state, uploads
 from ui.chat.guard import ChatGuard
 from ui.chat.login import LoginLimiter
 from ui.chat.sessions import sign_in_metadata
-from ui.chat.users import hash_password, parse_users
 from ui.serving.services import Services, build_services
 from ui.serving.uploads import MAX_FILES
+from ui.serving.users import hash_password, parse_users
 
 SECRET = secrets.token_hex(32)
 ANSWER = "Staff get 25 days of annual leave per year [1]."

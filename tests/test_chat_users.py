@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rag.errors import ConfigError
-from ui.chat.users import authenticate, hash_password, parse_users, verify_password
+from rag.core.errors import ConfigError
+from ui.serving.users import authenticate, hash_password, parse_users, verify_password
 
 
 def test_hash_verifies_only_its_password() -> None:

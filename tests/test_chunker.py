@@ -7,10 +7,12 @@ import pytest
 from ingest.chunker import chunk_document
 from ingest.loaders import LoadedDoc, Section
 from ingest.parse import token_counter
+from rag.components.embedder import TorchEmbedder
+from rag.components.models import resolve_embed_model
+from rag.components.onnx_embedder import OnnxEmbedder
 from rag.config import Settings
-from rag.embedder import Embedder, TorchEmbedder
-from rag.onnx_embedder import OnnxEmbedder
-from rag.wiring import build_embedder, resolve_embed_model
+from rag.core.ports import Embedder
+from rag.wiring import build_embedder
 
 COUNT = token_counter(resolve_embed_model("bundled:all-MiniLM-L6-v2"))
 

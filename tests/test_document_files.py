@@ -34,9 +34,9 @@ from tests.fake_llm import FakeLLMServer
 from ui.chat import state
 from ui.chat.render import SourcePanel
 from ui.chat.sessions import sign_in_metadata
-from ui.chat.users import hash_password, parse_users
 from ui.serving.files import file_url
 from ui.serving.services import Services, build_services
+from ui.serving.users import hash_password, parse_users
 
 SECRET = secrets.token_hex(32)
 STAFF_KEY, HR_KEY = "staff-key-" + secrets.token_hex(8), "hr-key-" + secrets.token_hex(8)

@@ -12,11 +12,12 @@ from typing import Any
 import pytest
 
 from ingest.parse import ChunkSpec, parse_bytes
-from rag.config import BUNDLED_E5_MODEL, BUNDLED_EMBED_MODEL, Settings
-from rag.errors import ConfigError
-from rag.evaluate import Case, evaluate, load_cases, percentiles, suggest_threshold
-from rag.keyword import has_cjk
-from rag.types import Hit
+from rag.components.models import BUNDLED_E5_MODEL, BUNDLED_EMBED_MODEL
+from rag.config import Settings
+from rag.core.errors import ConfigError
+from rag.core.text import has_cjk
+from rag.core.types import Hit
+from rag.tools.evaluate import Case, evaluate, load_cases, percentiles, suggest_threshold
 from rag.wiring import tokenizer_path
 from tests.conftest import REPO, SAMPLES, LLMServer
 

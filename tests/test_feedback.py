@@ -10,8 +10,8 @@ import pytest
 import sqlalchemy as sa
 from chainlit.types import Feedback as ChainlitFeedback
 
+from rag.components.feedback import Feedback, FeedbackStore
 from rag.config import Settings
-from rag.feedback import Feedback, FeedbackStore
 from rag.wiring import build_feedback_store
 from tests.conftest import PostgresServer
 from ui.chat.data_layer import WITHHELD_ANSWER, ChatDataLayer, history_from_steps, redact_steps

@@ -16,12 +16,12 @@ from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
 from ingest import service
-from rag.access import Principal
+from rag.components.feedback import Feedback, FeedbackStore
+from rag.components.unanswered import UnansweredStore, load_asked
 from rag.config import Settings
-from rag.embedder import Embedder
-from rag.feedback import Feedback, FeedbackStore
-from rag.gaps import Asked, find_gaps, keywords, parse_since, since_iso, without_repeats
-from rag.unanswered import UnansweredStore, load_asked
+from rag.core.access import Principal
+from rag.core.gaps import Asked, find_gaps, keywords, parse_since, since_iso, without_repeats
+from rag.core.ports import Embedder
 from tests.conftest import CountingEmbedder
 from tests.fake_llm import FakeLLMServer
 from ui.api.app import create_app

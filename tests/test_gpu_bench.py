@@ -16,8 +16,8 @@ import pytest
 from benchmarks import gpu_ingest, gpu_stack
 from ingest import service
 from rag.config import Settings
-from rag.embedder import Vectors
-from rag.types import Chunk
+from rag.core.ports import Vectors
+from rag.core.types import Chunk
 from rag.wiring import build_store
 from tests.conftest import REPO
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from rag.extract import extract, separate_headings
-from rag.grounding import RepetitionGuard, SupportChecker, names, numbers
-from rag.sentences import SentenceBuffer, language_of, question_language, split_sentences
-from rag.types import Hit
+from rag.core.extract import extract, separate_headings
+from rag.core.grounding import RepetitionGuard, SupportChecker, names, numbers
+from rag.core.sentences import SentenceBuffer, language_of, question_language, split_sentences
+from rag.core.types import Hit
 
 HISTORY = ("The Debian Project was officially founded by Ian Murdock on August 16th, 1993. The name comes from the "
            "names of the creator of Debian, Ian Murdock, and his wife, Debra.")

@@ -34,7 +34,7 @@ ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 HOLD = """
 import sys, time
 from pathlib import Path
-from rag import filelock
+from rag.components import filelock
 with filelock.exclusive(Path(sys.argv[1]), sys.argv[2], deadline=time.monotonic()):
     print("held", flush=True)
     sys.stdin.read()

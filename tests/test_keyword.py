@@ -16,13 +16,15 @@ from unittest.mock import ANY
 import pytest
 
 from ingest import service
-from rag import keyword
-from rag.access import LOCAL_OPERATOR, DocAccess
+from rag.components import keyword
+from rag.components.keyword import KeywordIndex
+from rag.components.keyword_snapshot import Snapshot
 from rag.config import Settings
-from rag.keyword import KeywordHit, KeywordIndex, cjk_share, tokenize
-from rag.keyword_snapshot import Snapshot
-from rag.retrieve import Fusion, Retriever, fuse, substance
-from rag.types import Chunk, Hit
+from rag.core.access import LOCAL_OPERATOR, DocAccess
+from rag.core.ports import KeywordHit
+from rag.core.retrieve import Fusion, Retriever, fuse, substance
+from rag.core.text import cjk_share, tokenize
+from rag.core.types import Chunk, Hit
 from rag.wiring import build_retriever, build_store
 from tests.conftest import REPO, STORE_MODES, CountingEmbedder
 
@@ -310,7 +312,7 @@ def test_writes_during_a_background_compaction_are_kept(tmp_path: Path, monkeypa
 
 def test_chinese_tokenizing_prints_nothing() -> None:
     """jieba's dictionary loading is not shown to a reader (it logged to stderr before every Chinese answer)."""
-    code = "from rag.keyword import tokenize; print(tokenize('什么是虚拟软件包？'))"
+    code = "from rag.components.keyword import tokenize; print(tokenize('什么是虚拟软件包？'))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert "虚拟" in done.stdout
     assert done.stderr == ""

@@ -15,16 +15,15 @@ from pathlib import Path
 import pytest
 
 from benchmarks import keyword_pg as bench
-from rag.access import LOCAL_OPERATOR, AccessPolicy, DocAccess, Principal
+from rag.components.keyword import KeywordIndex
+from rag.components.keyword_pg import PgKeywordIndex, connection_url, redacted
 from rag.config import Settings
-from rag.embedder import Embedder
-from rag.errors import ConfigError, StoreUnavailable
-from rag.evaluate import load_cases
-from rag.index import KeywordSearch
-from rag.keyword import Admits, KeywordIndex
-from rag.keyword_pg import PgKeywordIndex, connection_url, redacted
-from rag.retrieve import Retriever
-from rag.types import Chunk
+from rag.core.access import LOCAL_OPERATOR, AccessPolicy, DocAccess, Principal
+from rag.core.errors import ConfigError, StoreUnavailable
+from rag.core.ports import Admits, Embedder, KeywordSearch
+from rag.core.retrieve import Retriever
+from rag.core.types import Chunk
+from rag.tools.evaluate import load_cases
 from rag.wiring import build_keyword_index, build_store, copy_shared_keyword_index, drop_keyword_index
 from tests.conftest import REPO, SAMPLES, CountingEmbedder, PostgresServer, free_port
 

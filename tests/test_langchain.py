@@ -1,4 +1,4 @@
-"""rag.langchain: the knowledge base as a LangChain retriever, over real MiniLM and real embedded Chroma — the
+"""rag.tools.langchain: the knowledge base as a LangChain retriever, over real MiniLM and real embedded Chroma — the
 documents and their metadata, k, access (a reader outside `hr` never gets the `hr` canary, through invoke, ainvoke
 and batch), the event loop left free, callbacks, from_settings from RAG_* variables, errors, and the README's
 example chain run as written with a fake chat model in place of the LLM server."""
@@ -22,11 +22,11 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.documents import Document
 
 from ingest import service
-from rag.access import ANONYMOUS, LOCAL_OPERATOR, Principal
 from rag.config import Settings
-from rag.embedder import Embedder
-from rag.errors import ConfigError, EmptyIndex
-from rag.langchain import KnowledgeBaseRetriever
+from rag.core.access import ANONYMOUS, LOCAL_OPERATOR, Principal
+from rag.core.errors import ConfigError, EmptyIndex
+from rag.core.ports import Embedder
+from rag.tools.langchain import KnowledgeBaseRetriever
 from rag.wiring import build_retriever
 from tests.conftest import REPO, SAMPLES
 from tests.docs_factory import pdf_bytes

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from ingest import service
-from rag.access import LOCAL_OPERATOR
-from rag.answer import QueryEngine
 from rag.config import Settings
-from rag.evaluate import language_matches, recheck
+from rag.core.access import LOCAL_OPERATOR
+from rag.core.answer import QueryEngine
+from rag.tools.evaluate import language_matches, recheck
 from rag.wiring import build_engine, build_llm
 from tests.conftest import SAMPLES, CountingEmbedder
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from rag.config import Settings
-from rag.llm_server import ServerRecord, is_healthy, is_vllm_process, live_record, record_path, stop_llm_server
+from rag.tools.llm_server import ServerRecord, is_healthy, is_vllm_process, live_record, record_path, stop_llm_server
 from tests.conftest import REPO, LLMServer
 
 BIN = REPO / ".venv" / "bin"

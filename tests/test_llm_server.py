@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from rag.components.cpu import cpu_flags
 from rag.config import Settings
-from rag.llm_server import cpu_flags, llm_dtype, vllm_command, vllm_environment
+from rag.tools.llm_server import llm_dtype, vllm_command, vllm_environment
 
 CPUINFO = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16\n\nprocessor\t: 1\nflags\t\t: fpu avx2\n"
 

@@ -6,7 +6,7 @@ import pytest
 
 from ingest.html import load_html
 from ingest.loaders import LoadError, decode_text, load_docx, load_markdown, load_pdf, load_text
-from rag.access import DocAccess
+from rag.core.access import DocAccess
 from tests.conftest import SAMPLES
 from tests.docs_factory import docx_bytes, pdf_bytes
 

@@ -11,11 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rag.config import BUNDLED_E5_MODEL, BUNDLED_EMBED_MODEL, Settings
-from rag.errors import ConfigError
-from rag.llm_server import BF16_FLAGS, cpu_flags
-from rag.onnx_embedder import ModelFolder, OnnxEmbedder
-from rag.wiring import build_embedder, embed_backend, resolve_embed_model
+from rag.components.cpu import BF16_FLAGS, cpu_flags
+from rag.components.models import BUNDLED_E5_MODEL, BUNDLED_EMBED_MODEL, resolve_embed_model
+from rag.components.onnx_embedder import ModelFolder, OnnxEmbedder
+from rag.config import Settings
+from rag.core.errors import ConfigError
+from rag.wiring import build_embedder, embed_backend
 from tests.conftest import REPO, SAMPLES
 
 
@@ -99,7 +100,7 @@ def test_int8_products_are_exact_on_this_cpu() -> None:
     import onnxruntime
     from onnx import TensorProto, helper, numpy_helper
 
-    from rag.onnx_embedder import session_options
+    from rag.components.onnx_embedder import session_options
 
     assert session_options().get_session_config_entry("session.x64quantprecision") == "1"
     rng = np.random.default_rng(0)

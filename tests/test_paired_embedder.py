@@ -10,13 +10,14 @@ import numpy as np
 import pytest
 
 from ingest import service
-from rag.access import LOCAL_OPERATOR
+from rag.components.models import resolve_embed_model
+from rag.components.paired_embedder import CHINESE_AT, PairedEmbedder, first_weight, pair_parts
 from rag.config import BUNDLED_PAIR_MODEL, Settings
-from rag.embedder import Vectors, sentence_encoder
-from rag.errors import ConfigError
-from rag.paired_embedder import CHINESE_AT, PairedEmbedder, first_weight, pair_parts
-from rag.retrieve import Retriever
-from rag.wiring import build_embedder, build_engine, build_retriever, build_store, resolve_embed_model, tokenizer_path
+from rag.core.access import LOCAL_OPERATOR
+from rag.core.errors import ConfigError
+from rag.core.ports import Vectors, sentence_encoder
+from rag.core.retrieve import Retriever
+from rag.wiring import build_embedder, build_engine, build_retriever, build_store, tokenizer_path
 from tests.fake_llm import FakeLLMServer
 
 

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from rag.answer import refers_back
-from rag.prompt import (
+from rag.core.answer import refers_back
+from rag.core.prompt import (
     CONDENSE_PROMPT,
     REFUSAL,
     SYSTEM_PROMPT,
@@ -20,7 +20,7 @@ from rag.prompt import (
     new_nonce,
     quoted,
 )
-from rag.types import Hit
+from rag.core.types import Hit
 from tests.fake_llm import FakeLLMServer
 
 HITS = [

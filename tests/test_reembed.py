@@ -11,13 +11,14 @@ import pytest
 
 from ingest import service
 from ingest.reembed import reembed
-from rag.access import LOCAL_OPERATOR
-from rag.collections import CollectionRegistry
+from rag.components.collections import CollectionRegistry
+from rag.components.models import resolve_embed_model
+from rag.components.paired_embedder import PAIR_SEPARATOR, pair_parts
 from rag.config import Settings
-from rag.embedder import Embedder, Vectors
-from rag.errors import ConfigError
-from rag.paired_embedder import PAIR_SEPARATOR, pair_parts
-from rag.wiring import build_chroma_client, build_retriever, build_store, collection_name, resolve_embed_model
+from rag.core.access import LOCAL_OPERATOR
+from rag.core.errors import ConfigError
+from rag.core.ports import Embedder, Vectors
+from rag.wiring import build_chroma_client, build_retriever, build_store, collection_name
 from tests.conftest import CountingEmbedder
 from tests.test_cli import BIN
 

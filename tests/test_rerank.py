@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from ingest import service
-from rag.access import LOCAL_OPERATOR
 from rag.config import Settings
-from rag.errors import ConfigError
+from rag.core.access import LOCAL_OPERATOR
+from rag.core.errors import ConfigError
 from rag.wiring import build_reranker, build_retriever, tokenizer_path
 from tests.conftest import CountingEmbedder
 

@@ -11,13 +11,13 @@ import pytest
 from markdown_it import MarkdownIt
 
 from ingest import service
-from rag.access import LOCAL_OPERATOR as ALL
-from rag.answer import Answer, Done, QueryEngine, Retrieved, Source, Timings, Token
 from rag.config import Settings
-from rag.prompt import CONDENSE_PROMPT, Message
-from rag.retrieve import Retriever
-from rag.sanitize import STRICT, LinkPolicy, Removed, host_of, strip_invisible
-from rag.types import Hit
+from rag.core.access import LOCAL_OPERATOR as ALL
+from rag.core.answer import Answer, Done, QueryEngine, Retrieved, Source, Timings, Token
+from rag.core.prompt import CONDENSE_PROMPT, Message
+from rag.core.retrieve import Retriever
+from rag.core.sanitize import STRICT, LinkPolicy, Removed, host_of, strip_invisible
+from rag.core.types import Hit
 from rag.wiring import build_store
 from tests.conftest import CountingEmbedder
 from tests.fake_llm import FakeLLMServer

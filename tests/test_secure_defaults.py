@@ -27,8 +27,8 @@ from starlette.testclient import WebSocketDenialResponse
 
 from ingest import service
 from rag.config import Settings, load_settings
-from rag.errors import ConfigError, StoreUnavailable
-from rag.llm_server import vllm_command, vllm_environment
+from rag.core.errors import ConfigError, StoreUnavailable
+from rag.tools.llm_server import vllm_command, vllm_environment
 from rag.wiring import build_store
 from tests.conftest import ChromaServer, CountingEmbedder, free_port, serving
 from tests.fake_llm import FakeLLMServer
@@ -198,7 +198,7 @@ def test_serve_on_an_address_answers_to_that_address(monkeypatch: pytest.MonkeyP
 
 
 def _hash(password: str) -> str:
-    from ui.chat.users import hash_password
+    from ui.serving.users import hash_password
 
     return hash_password(password)
 

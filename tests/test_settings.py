@@ -7,9 +7,10 @@ import re
 
 import pytest
 
-from rag.config import BUNDLED_E5_MODEL, BUNDLED_EMBED_MODEL, TUNING, Settings, load_settings
-from rag.errors import ConfigError
-from rag.wiring import build_store, resolve_embed_model
+from rag.components.models import BUNDLED_E5_MODEL, BUNDLED_EMBED_MODEL, resolve_embed_model
+from rag.config import TUNING, Settings, load_settings
+from rag.core.errors import ConfigError
+from rag.wiring import build_store
 from tests.conftest import REPO, TRIPWIRE_LLM
 
 

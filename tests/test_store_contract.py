@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from ingest import service
-from rag.access import LOCAL_OPERATOR
 from rag.config import Settings
-from rag.errors import ConfigError
+from rag.core.access import LOCAL_OPERATOR
+from rag.core.errors import ConfigError
 from rag.wiring import build_engine, build_store
 from tests.conftest import REPO, STORE_MODES, CountingEmbedder, LLMServer
 

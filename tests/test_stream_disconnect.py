@@ -23,8 +23,8 @@ import pytest
 from openai import OpenAI
 
 from ingest import service
+from rag.components.llm import LLM
 from rag.config import Settings
-from rag.llm import LLM
 from tests.conftest import SAMPLES, CountingEmbedder, serving
 from ui.api.app import create_app
 from ui.serving.services import Services, build_services

@@ -12,8 +12,8 @@ import pytest
 
 from ingest import runner, service
 from ingest.pipeline import Plan, Report
-from rag.access import DocAccess
 from rag.config import Settings
+from rag.core.access import DocAccess
 from rag.wiring import build_store
 from tests.conftest import CountingEmbedder
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from ingest import service
 from ingest.pipeline import Report
-from rag.access import LOCAL_OPERATOR
+from rag.components.store import ChromaStore
 from rag.config import Settings
-from rag.retrieve import Retriever
-from rag.store import ChromaStore
+from rag.core.access import LOCAL_OPERATOR
+from rag.core.retrieve import Retriever
 from rag.wiring import build_store
 from tests.conftest import STORE_MODES, CountingEmbedder
 from tests.docs_factory import pdf_bytes

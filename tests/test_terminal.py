@@ -13,9 +13,9 @@ import pytest
 from rich.console import Console
 
 from ingest.terminal import plain
+from rag.components.feedback import Feedback
 from rag.config import Settings
-from rag.feedback import Feedback
-from rag.sanitize import printable
+from rag.core.sanitize import printable
 from rag.wiring import build_feedback_store
 from tests.test_crash_steps import state
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from ingest import service
-from rag.access import LOCAL_OPERATOR
+from rag.components.index import Index
 from rag.config import Settings
-from rag.index import Index
-from rag.prompt import translate_messages
-from rag.retrieve import Floors, Fusion, Mode, Retriever, merged
-from rag.sentences import Language
-from rag.translate import LLMTranslator, cleaned
-from rag.types import Hit
+from rag.core.access import LOCAL_OPERATOR
+from rag.core.prompt import translate_messages
+from rag.core.retrieve import Floors, Fusion, Mode, Retriever, merged
+from rag.core.sentences import Language
+from rag.core.translate import LLMTranslator, cleaned
+from rag.core.types import Hit
 from rag.wiring import build_llm, build_retriever, build_store
 from tests.conftest import CountingEmbedder
 from tests.fake_llm import FakeLLMServer

@@ -32,7 +32,7 @@ DEBOUNCE_MS = 300
 HOLD = """
 import sys, time
 from pathlib import Path
-from rag import filelock
+from rag.components import filelock
 with filelock.exclusive(Path(sys.argv[1]), "rag-ingest other-folder", deadline=time.monotonic()):
     print("held", flush=True)
     sys.stdin.read()

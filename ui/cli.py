@@ -16,12 +16,13 @@ from rich.console import Console
 from rich.table import Table
 
 from ingest.terminal import plain
-from rag.access import LOCAL_OPERATOR, Principal, parse_grant
-from rag.answer import Answer, Done, QueryEngine, Token
 from rag.config import Settings, is_loopback, load_settings
-from rag.evaluate import Case, answer_record, evaluate, evaluate_answers, load_cases
-from rag.sanitize import printable
-from rag.types import Hit
+from rag.core.access import LOCAL_OPERATOR, Principal, parse_grant
+from rag.core.answer import Answer, Done, QueryEngine, Token
+from rag.core.retrieve import Retriever
+from rag.core.sanitize import printable
+from rag.core.types import Hit
+from rag.tools.evaluate import Case, answer_record, evaluate, evaluate_answers, load_cases
 from rag.wiring import (
     build_engine,
     build_feedback_store,
@@ -156,7 +157,8 @@ def eval_command(cases_file: Path, k: int, mode: str | None, answers: bool, spli
         retriever.warm()  # latency percentiles measure questions, not the one-off index build
         report = evaluate(cases, lambda question, k: retriever.search(question, k, LOCAL_OPERATOR),
                           engine.threshold_for)
-        body = report.as_json() | {"mode": retriever.mode, "k": k, "thresholds": {
+        searched = retriever.mode if isinstance(retriever, Retriever) else settings.retrieval_mode
+        body = report.as_json() | {"mode": searched, "k": k, "thresholds": {
             "en": settings.tuning.refusal_threshold, "cjk": settings.tuning.refusal_threshold_cjk}}
         if answers:
             body["answers"] = _answer_checks(cases, engine, dump, parallel)
@@ -255,7 +257,7 @@ def _banner(settings: Settings, host: str, port: int, chat: bool) -> None:
 @click.password_option(help="The password (asked twice when not given).")
 def hash_password_command(password: str) -> None:
     """Print a password hash for a RAG_UI_USERS entry (name:HASH[:groups])."""
-    from ui.chat.users import hash_password
+    from ui.serving.users import hash_password
 
     print(hash_password(password))
 

@@ -10,7 +10,7 @@ from typing import NoReturn
 from rich.console import Console
 
 from ingest.terminal import plain
-from rag.errors import EmptyIndex, LLMUnavailable, RagError
+from rag.core.errors import EmptyIndex, LLMUnavailable, RagError
 
 EXIT_USAGE, EXIT_LLM = 2, 3
 err = Console(stderr=True, highlight=False, soft_wrap=True)

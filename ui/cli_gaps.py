@@ -10,10 +10,10 @@ from rich.console import Console
 from rich.table import Table
 
 from ingest.terminal import plain
+from rag.components.unanswered import load_asked
 from rag.config import load_settings
-from rag.errors import RagError
-from rag.gaps import GapReport, find_gaps, parse_since, since_iso
-from rag.unanswered import load_asked
+from rag.core.errors import RagError
+from rag.core.gaps import GapReport, find_gaps, parse_since, since_iso
 from rag.wiring import build_embedder, build_feedback_store, build_unanswered_store
 
 

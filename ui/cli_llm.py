@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import click
 
 from rag.config import Settings, load_settings
-from rag.llm_server import (
+from rag.tools.llm_server import (
     Pollable,
     RecordedProcess,
     ServerStatus,

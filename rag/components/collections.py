@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rag.errors import ConfigError
+from rag.core.errors import ConfigError
 
 REGISTRY_FILE = "collections.json"
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_-]+")

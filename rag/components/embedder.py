@@ -3,51 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
-import numpy.typing as npt
+
+from rag.core.ports import Vectors
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
-
-Vectors = npt.NDArray[np.float32]
-
-
-class Embedder(Protocol):
-    """Turns text into normalized vectors: the torch embedder below, or rag.onnx_embedder's on CPUs."""
-
-    name: str
-    batch_size: int
-
-    @property
-    def max_tokens(self) -> int: ...
-    @property
-    def dimension(self) -> int: ...
-    def embed_documents(self, texts: Sequence[str]) -> Vectors: ...
-    def embed_query(self, text: str) -> Vectors: ...
-
-
-@runtime_checkable
-class CalibratedEmbedder(Protocol):
-    """An embedder whose raw cosines need the question and chunk to be read on one scale (rag.paired_embedder)."""
-
-    def calibrated(self, question: str, text: str, cosine: float) -> float: ...
-
-
-@runtime_checkable
-class CompositeEmbedder(Protocol):
-    """An embedder made of models, whose `first` one alone ranks an answer's sentences (rag.paired_embedder)."""
-
-    @property
-    def first(self) -> Embedder: ...
-
-
-def sentence_encoder(embedder: Embedder) -> Embedder:
-    """The model that ranks sentences for quotes: a pair's first (the extractive ranking's weights were fitted on
-    MiniLM's cosines, which a pair's mixed scale would shift), else the embedder itself."""
-    return embedder.first if isinstance(embedder, CompositeEmbedder) else embedder
-
 
 class TorchEmbedder:
     """Wraps one SentenceTransformer (on a GPU, or on CPUs with RAG_EMBED_BACKEND=torch)."""

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 
-from rag.errors import StoreUnavailable
+from rag.core.errors import StoreUnavailable
 
 _metadata = sa.MetaData()
 feedback_table = sa.Table(

@@ -1,81 +1,16 @@
 """The two indexes under the retriever, side by side: dense (Chroma) and keyword (BM25), each behind a small
 Protocol, and the writer that mirrors every change into both so that they always hold the same chunks. The keyword
-index is embedded (rag.keyword, SQLite beside the data dir) or shared by replicas in PostgreSQL (rag.keyword_pg)."""
+index is embedded (rag.components.keyword, SQLite beside the data dir) or shared by replicas in PostgreSQL
+(rag.components.keyword_pg)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from collections.abc import Sequence
 
-from rag.access import DocAccess
-from rag.embedder import Vectors
-from rag.keyword import Admits, KeywordHit
-from rag.store import ChromaStore
-from rag.types import Chunk, Hit
-
-
-class DenseIndex(Protocol):
-    """Search by meaning; `where` is a filter built by rag.access (None: no restriction)."""
-
-    name: str
-
-    def search(self, query: Vectors, k: int, where: dict[str, Any] | None = None, admits: Admits | None = None,
-               overfetch: int = 0, likely: Callable[[str], bool] | None = None) -> list[Hit]:
-        """The k closest chunks the filter admits, best first (`admits`: the same rule on stored labels, `likely`:
-        on a copy by chunk id; together they let the index look at the `overfetch` nearest unfiltered first)."""
-        ...
-
-    def fetch(self, ids: Sequence[str], query: Vectors, admits: Admits | None = None) -> list[Hit]:
-        """Chunks by id that `admits` lets through, scored against the query."""
-        ...
-
-    def count(self) -> int:
-        """Number of chunks stored."""
-        ...
-
-
-class KeywordSearch(Protocol):
-    """Search by words; `admits` says which access labels the caller may see (None: all)."""
-
-    def search(self, query: str, k: int, include: Sequence[str] = (), admits: Admits | None = None) -> list[KeywordHit]:
-        """The k best visible chunks by BM25, then those named in `include`."""
-        ...
-
-    def warm(self) -> None:
-        """Load what the first search would otherwise wait for."""
-        ...
-
-    def visibility(self, admits: Admits) -> tuple[float, Callable[[str], bool]]:
-        """The share of chunks `admits` lets through, and that rule by chunk id from the index's copy of labels."""
-        ...
-
-    def languages(self) -> dict[str, tuple[int, int]]:
-        """Per access label: (chunks, chunks holding Chinese)."""
-        ...
-
-
-class KeywordStore(KeywordSearch, Protocol):
-    """A keyword index that ingest writes to, kept in step with the dense store."""
-
-    def add(self, chunks: Sequence[Chunk]) -> None:
-        """Index (or re-index) chunks."""
-        ...
-
-    def set_access(self, chunk_ids: Sequence[str], access: DocAccess) -> None:
-        """Relabel chunks without tokenizing them again."""
-        ...
-
-    def delete(self, chunk_ids: Sequence[str]) -> None:
-        """Forget chunks (unknown ids are ignored)."""
-        ...
-
-    def ids(self) -> set[str]:
-        """Every indexed chunk id."""
-        ...
-
-    def unlabelled(self) -> list[str]:
-        """Chunks indexed without an access label (to be labelled from the dense store)."""
-        ...
+from rag.components.store import ChromaStore
+from rag.core.access import DocAccess
+from rag.core.ports import KeywordStore, Vectors
+from rag.core.types import Chunk
 
 
 class Index:

@@ -5,7 +5,8 @@ delete), so the index survives restarts; that file is the truth, and its `revisi
 that it changed. Each chunk's access label is stored beside its tokens: a search masks out what the caller may not
 see before any chunk is ranked, so the top k are all visible ones.
 
-In memory a search reads one immutable snapshot (rag.keyword_snapshot), swapped in by a single assignment: it never
+In memory a search reads one immutable snapshot (rag.components.keyword_snapshot), swapped in by a single assignment:
+it never
 sees a half-applied write, and only the first load (warm) makes anyone wait. Writes update it incrementally:
 - this process's own writes are applied to the snapshot directly, before the write returns (a deleted chunk never
   comes back afterwards);
@@ -19,38 +20,22 @@ sees a half-applied write, and only the first load (warm) makes anyone wait. Wri
 
 from __future__ import annotations
 
-import logging
-import re
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from rag.access import DocAccess
-from rag.keyword_snapshot import Snapshot, apply, compact, load, needs_compaction
-from rag.types import Chunk
-
-Admits = Callable[[str], bool]  # whether the caller may see chunks with this access label
+from rag.components.keyword_snapshot import Snapshot, apply, compact, load, needs_compaction
+from rag.core.access import DocAccess
+from rag.core.ports import Admits, KeywordHit
+from rag.core.text import HAN_RANGE, tokenize
+from rag.core.types import Chunk
 
 ADD, LABEL, DELETE = "add", "label", "delete"  # kinds of change in the log
 LOG_REVISIONS = 1000  # the change log keeps this many revisions; a reader further behind loads everything
 INLINE_ROWS = 2000  # a search applies a change of up to this many rows itself; larger ones load in the background
-HAN_RANGE = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # CJK ideographs: extension A, unified, compatibility
-HAN_CHAR = re.compile(f"[{HAN_RANGE}]")
-_CJK = HAN_CHAR
-_WORD = re.compile(r"[^\W_]+", re.UNICODE)
-# Runs of Han characters, and runs of anything else that is a word character.
-_RUNS = re.compile(f"[{HAN_RANGE}]+|[^\\W_{HAN_RANGE}]+")
-# Words so common that they only add noise to a short question.
-_STOPWORDS_EN = """a an and are as at be by can do does for from how i in is it of on or that the this to was what
-when where which who why will with you your my me we our if not no there their they been has have had into about"""
-_STOPWORDS_ZH = """的 了 是 在 和 与 或 我 你 他 她 它 们 这 那 吗 呢 吧 啊 就 都 也 还 要 会 能
-可以 什么 怎么 如何 为什么 哪 哪些 一个 有 没有 把 被 对 中 上 下 以 及 之 其 为 于"""
-STOPWORDS = frozenset(_STOPWORDS_EN.split()) | frozenset(_STOPWORDS_ZH.split())
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS tokens (chunk_id TEXT PRIMARY KEY, doc_id TEXT NOT NULL, tokens TEXT NOT NULL,
                                    access TEXT);
@@ -60,64 +45,6 @@ INSERT OR IGNORE INTO revision VALUES (1, 0);
 CREATE TABLE IF NOT EXISTS changes (revision INTEGER NOT NULL, chunk_id TEXT NOT NULL, kind TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS changes_revision ON changes (revision);
 """
-
-
-def has_cjk(text: str) -> bool:
-    """Whether the text contains Chinese (Han) characters."""
-    return _CJK.search(text) is not None
-
-
-def cjk_share(text: str) -> float:
-    """The share of Han characters among the letters and digits of a text (0 for pure English)."""
-    letters = [ch for ch in text if ch.isalnum()]
-    return sum(1 for ch in letters if _CJK.match(ch)) / len(letters) if letters else 0.0
-
-
-def tokenize(text: str) -> list[str]:
-    """Search tokens: English words lower-cased and stemmed (Snowball), Chinese words cut by jieba (search mode:
-    long words and the shorter words inside them); no stopwords."""
-    tokens: list[str] = []
-    for run in _RUNS.findall(text.lower()):
-        if _CJK.match(run):
-            tokens += [w for w in _jieba_words(run) if w not in STOPWORDS]
-        else:
-            tokens += stem([w for w in _WORD.findall(run) if w not in STOPWORDS])
-    return tokens
-
-
-def _jieba_words(run: str) -> list[str]:
-    return list(_jieba().cut_for_search(run))
-
-
-@lru_cache(maxsize=1)
-def _jieba() -> Any:
-    """jieba, quiet: it logs its dictionary loading at DEBUG to a stderr handler of its own, which the CLI's
-    reader saw before every Chinese answer."""
-    import jieba
-
-    jieba.setLogLevel(logging.WARNING)
-    return jieba
-
-
-@lru_cache(maxsize=1)
-def _stemmer() -> Any:
-    import Stemmer
-
-    return Stemmer.Stemmer("english")
-
-
-def stem(words: list[str]) -> list[str]:
-    """English words stemmed (Snowball), as the keyword index stems them."""
-    return list(_stemmer().stemWords(words)) if words else []
-
-
-@dataclass(frozen=True, slots=True)
-class KeywordHit:
-    """A chunk found by keyword; `coverage` is its BM25 score over the most the query could score (0–1)."""
-
-    chunk_id: str
-    score: float
-    coverage: float
 
 
 class KeywordIndex:

@@ -1,6 +1,7 @@
 """Keyword search in PostgreSQL (RAG_KEYWORD_DB_URL): one BM25 index that every app replica, on any host, shares.
 
-The embedded index (rag.keyword) keeps tokens in a SQLite file beside the data dir, which replicas on other hosts
+The embedded index (rag.components.keyword) keeps tokens in a SQLite file beside the data dir, which replicas on other
+hosts
 cannot share safely. Here the index lives in tables that several collections share, one namespace per collection:
 - `rag_keyword_namespaces`: per collection its id, a revision bumped by every write, its live chunks and their
   total length (BM25's average length), all updated in the write's transaction;
@@ -12,7 +13,8 @@ cannot share safely. Here the index lives in tables that several collections sha
 
 A search is one SQL statement: idf from the query terms' document frequencies at query time (chunk count, total
 length and document frequencies over the labels the caller may see: a hidden chunk moves no score), BM25 summed
-per chunk with the same k1, b and formula as rag.keyword_snapshot (Lucene's variant, an empty chunk counting 1),
+per chunk with the same k1, b and formula as rag.components.keyword_snapshot (Lucene's variant, an empty chunk
+counting 1),
 access checked on the chunk row before ranking, `ORDER BY score LIMIT k`. The labels a caller may see are decided by
 the same `admits` rule as the embedded index, applied to the namespace's distinct labels (unknown ones read as
 locked), and passed into the query as a list: nothing outside it is ever scored, ranked or returned.
@@ -35,11 +37,12 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from rag.access import DocAccess
-from rag.errors import ConfigError, StoreUnavailable
-from rag.keyword import HAN_RANGE, Admits, KeywordHit, tokenize
-from rag.keyword_snapshot import K1, B
-from rag.types import Chunk
+from rag.components.keyword_snapshot import K1, B
+from rag.core.access import DocAccess
+from rag.core.errors import ConfigError, StoreUnavailable
+from rag.core.ports import Admits, KeywordHit
+from rag.core.text import HAN_RANGE, tokenize
+from rag.core.types import Chunk
 
 if TYPE_CHECKING:
     import psycopg

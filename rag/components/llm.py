@@ -3,77 +3,18 @@
 from __future__ import annotations
 
 import socket
-import threading
-from collections.abc import Callable, Generator, Iterator, Sequence
-from contextlib import contextmanager, nullcontext, suppress
-from dataclasses import dataclass
+from collections.abc import Generator, Sequence
+from contextlib import nullcontext
 from functools import partial
 from typing import TYPE_CHECKING, cast
 
-from rag.errors import LLMUnavailable, RagError
-from rag.prompt import Message
+from rag.core.errors import LLMUnavailable, RagError
+from rag.core.ports import Delta, Stop, Stopped, Usage
+from rag.core.prompt import Message
 
 if TYPE_CHECKING:
     from openai import OpenAI
     from openai.types.chat import ChatCompletionMessageParam
-
-
-class Stopped(Exception):
-    """The caller stopped a stream (its client went away): not a failure of the LLM."""
-
-
-class Stop:
-    """Stops streams from another thread: a stream ends with Stopped at its next chunk, and a read still waiting on
-    the server (a queued request, a long prefill) is cut short by shutting its connection down. Either way the
-    server sees the client go, and vLLM aborts the request."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._set = False
-        self._hooks: dict[int, Callable[[], None]] = {}
-
-    def set(self) -> None:
-        """Stop now; safe from any thread."""
-        with self._lock:  # hooks run under the lock: a stream past its `hook` block has let its connection go
-            self._set = True
-            for action in self._hooks.values():
-                with suppress(OSError):
-                    action()
-            self._hooks.clear()
-
-    def is_set(self) -> bool:
-        """Whether the streams should stop."""
-        return self._set
-
-    @contextmanager
-    def hook(self, action: Callable[[], None]) -> Iterator[None]:
-        """Run `action` when stopped while the block runs (at once if stopped already)."""
-        with self._lock:
-            if self._set:
-                with suppress(OSError):
-                    action()
-            self._hooks[id(action)] = action
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._hooks.pop(id(action), None)
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """Token counts reported by the server."""
-
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Delta:
-    """A piece of streamed text, or (at the end) the usage of the whole call."""
-
-    text: str = ""
-    usage: Usage | None = None
 
 
 class LLM:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from rag.embedder import Vectors
+from rag.core.ports import Vectors
 
 if TYPE_CHECKING:
     import onnxruntime
@@ -145,7 +145,7 @@ def session_options() -> onnxruntime.SessionOptions:
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
-    if os.environ.get("OMP_WAIT_POLICY") == "PASSIVE":  # serving processes: see rag.wiring.prefer_passive_threads
+    if os.environ.get("OMP_WAIT_POLICY") == "PASSIVE":  # serving processes: rag.wiring.prefer_passive_threads
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     # int8 on x86 CPUs without VNNI (AVX2-only): ORT's fast u8s8 kernel adds pairs of products in 16 bits, which
     # saturates on MiniLM (~1 pair in 60,000; cosine to exact products 0.987-0.996 in a numpy emulation). This
@@ -233,11 +233,4 @@ def export(model_dir: Path, dest: Path) -> None:
                           opset_version=17, dynamo=False)
 
 
-if __name__ == "__main__":  # `make setup`: prepare the configured model(s) now, not during the first ingest
-    from rag.config import Settings
-    from rag.paired_embedder import pair_parts
-    from rag.wiring import model_cache_dir, resolve_embed_model
-
-    for part in pair_parts(Settings().embed_model):
-        found = ModelFolder.read(Path(resolve_embed_model(part)))
-        print(onnx_file(found, model_cache_dir()) if found else f"{part} runs on torch: nothing to export")
+#END

@@ -19,8 +19,8 @@ from typing import cast
 
 import numpy as np
 
-from rag.embedder import Embedder, Vectors
-from rag.keyword import cjk_share
+from rag.core.ports import Embedder, Vectors
+from rag.core.text import cjk_share
 
 PAIR_SEPARATOR = "+"
 # A chunk whose letters and digits are this share Han characters or more counts as all Chinese: a Han character is

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from rag.types import Hit
+from rag.core.types import Hit
 
 
 class CrossEncoderReranker:

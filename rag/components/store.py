@@ -1,7 +1,7 @@
 """Chroma collection access (embedded PersistentClient or a Chroma server): upsert, search, delete, relabel.
 
 This is the seam to Chroma: every failure of a call into it leaves as StoreUnavailable (503 store_unavailable at
-the API), never as a bare driver error. Searches take a `where` filter built by rag.access from the principal.
+the API), never as a bare driver error. Searches take a `where` filter built by rag.core.access from the principal.
 """
 
 from __future__ import annotations
@@ -13,11 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rag.access import DocAccess
-from rag.embedder import Vectors
-from rag.errors import ConfigError, RagError, StoreUnavailable
-from rag.keyword import Admits
-from rag.types import Chunk, Hit
+from rag.core.access import DocAccess
+from rag.core.errors import ConfigError, RagError, StoreUnavailable
+from rag.core.ports import Admits, Vectors
+from rag.core.types import Chunk, Hit
 
 if TYPE_CHECKING:
     from chromadb.api import ClientAPI

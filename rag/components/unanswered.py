@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 
-from rag.errors import StoreUnavailable
-from rag.feedback import Feedback, FeedbackStore
-from rag.gaps import Asked, without_repeats
+from rag.components.feedback import Feedback, FeedbackStore
+from rag.core.errors import StoreUnavailable
+from rag.core.gaps import Asked, without_repeats
 
 _metadata = sa.MetaData()
 unanswered_table = sa.Table(

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from rag.errors import ConfigError
+from rag.core.errors import ConfigError
 
 Role = Literal["reader", "admin"]
 ROLES: tuple[Role, ...] = ("reader", "admin")

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from rag.keyword import HAN_RANGE, STOPWORDS, stem
+from rag.core.text import HAN_RANGE, STOPWORDS, stem
 
 MATCH = 10  # scores are integers: a matched unit is worth MATCH, a skipped excerpt unit costs GAP
 GAP = 2

@@ -1,10 +1,10 @@
 """The one query path (CLI, API and UI alike): question (+ history) → retrieve → checked answer, streamed.
 
 What reaches a person is decided here, not by the model: every sentence the model writes is checked against the
-excerpts (rag.grounding) before it is streamed, cited by the excerpts that support it, and withheld otherwise, one
+excerpts (rag.core.grounding) before it is streamed, cited by the excerpts that support it, and withheld otherwise, one
 sentence at a time (its supported neighbours are still shown). When nothing the model wrote can be shown (its draft
 withheld, in the wrong language, looping, or the model saying the excerpts do not answer), `auto` mode quotes the
-excerpts (rag.extract) only when the extractive ranking is confident that a sentence answers the question, and
+excerpts (rag.core.extract) only when the extractive ranking is confident that a sentence answers the question, and
 otherwise says the answer is not in the documents.
 """
 
@@ -17,18 +17,18 @@ from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from rag.access import Principal
-from rag.alignment import polarity
-from rag.answer_types import Answer, Done, Event, Outcome, Retrieved, Sentence, Source, Timings, Token
-from rag.extract import Encoder, extract
-from rag.grounding import MIN_COVERAGE, RepetitionGuard, SupportChecker, Verdict, mentions_any, proper_names
-from rag.keyword import tokenize
-from rag.llm import LLM, Delta, Stop, Usage
-from rag.prompt import Message, answer_messages, condense_messages, is_refusal, new_nonce, reply
-from rag.retrieve import Floors, Retriever
-from rag.sanitize import STRICT, LinkPolicy, Removed
-from rag.sentences import Language, SentenceBuffer, language_of, question_language
-from rag.types import Hit
+from rag.core.access import Principal
+from rag.core.alignment import polarity
+from rag.core.answer_types import Answer, Done, Event, Outcome, Retrieved, Sentence, Source, Timings, Token
+from rag.core.extract import Encoder, extract
+from rag.core.grounding import MIN_COVERAGE, RepetitionGuard, SupportChecker, Verdict, mentions_any, proper_names
+from rag.core.ports import ChatModel, Delta, Searcher, Stop, Usage
+from rag.core.prompt import Message, answer_messages, condense_messages, is_refusal, new_nonce, reply
+from rag.core.retrieve import Floors
+from rag.core.sanitize import STRICT, LinkPolicy, Removed
+from rag.core.sentences import Language, SentenceBuffer, language_of, question_language
+from rag.core.text import tokenize
+from rag.core.types import Hit
 
 __all__ = ["Answer", "AnswerMode", "Done", "Event", "QueryEngine", "Retrieved", "Sentence", "Source", "Timings",
            "Token", "confidence", "relevant", "unmentioned"]
@@ -131,7 +131,7 @@ class _Draft:
 class QueryEngine:
     """Answers questions from the documents, refusing when retrieval finds nothing close enough."""
 
-    def __init__(self, retriever: Retriever, llm: LLM, top_k: int = 3, refusal_threshold: float = 0.0,
+    def __init__(self, retriever: Searcher, llm: ChatModel, top_k: int = 3, refusal_threshold: float = 0.0,
                  refusal_threshold_cjk: float | None = None, mode: AnswerMode = "auto",
                  encoder: Encoder | None = None, max_answer_tokens: int | None = None,
                  model_languages: frozenset[str] = frozenset({"en", "zh"}), links: LinkPolicy = STRICT) -> None:
@@ -148,8 +148,8 @@ class QueryEngine:
         self.links = links
 
     @property
-    def llm(self) -> LLM:
-        """The LLM client the answers are written with."""
+    def llm(self) -> ChatModel:
+        """The chat model the answers are written with."""
         return self._llm
 
     def threshold_for(self, question: str) -> float:
@@ -159,7 +159,7 @@ class QueryEngine:
     def stream(self, question: str, history: Sequence[Message] = (), top_k: int | None = None, *,
                principal: Principal, stop: Stop | None = None) -> Generator[Event, None, None]:
         """Retrieved excerpts the principal may see, then checked answer text, then Done with the finished Answer.
-        Setting `stop` (from another thread) ends the generation at its next token with rag.llm.Stopped."""
+        Setting `stop` (from another thread) ends the generation at its next token with rag.core.ports.Stopped."""
         run = _Run(question, history, question_language(question), time.perf_counter(), stop=stop)
         hits = self._search(run, top_k or self.top_k, principal)
         run.retrieve_ms, run.threshold = _ms(run.started), self.threshold_for(run.standalone)
@@ -334,7 +334,7 @@ class QueryEngine:
                       loop=why == "loop", removed=list(dict.fromkeys(run.removed)), links=self.links)
 
     def _safe(self, run: _Run, text: str) -> str:
-        """Text as it may be shown (rag.sanitize); what was taken out is recorded for the answer."""
+        """Text as it may be shown (rag.core.sanitize); what was taken out is recorded for the answer."""
         safe = self.links.clean(text)
         run.removed += safe.removed
         return safe.text

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from rag.llm import Usage
-from rag.sanitize import STRICT, LinkPolicy, Removed
-from rag.types import Hit
+from rag.core.ports import Usage
+from rag.core.sanitize import STRICT, LinkPolicy, Removed
+from rag.core.types import Hit
 
 Outcome = Literal["generated", "extracted", "refused"]
 

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from rag.embedder import Vectors
-from rag.keyword import HAN_CHAR, tokenize
-from rag.sentences import Language, is_list_item, split_sentences, strip_tags
-from rag.types import Hit
+from rag.core.ports import Vectors
+from rag.core.sentences import Language, is_list_item, split_sentences, strip_tags
+from rag.core.text import HAN_CHAR, tokenize
+from rag.core.types import Hit
 
 MAX_QUOTES, MAX_CHARS, KEEP_RATIO = 3, 600, 0.85
 DENSE_SHARE = {"en": 0.5, "zh": 0.1}

@@ -18,8 +18,8 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from rag.embedder import Embedder
-from rag.keyword import tokenize
+from rag.core.ports import Embedder
+from rag.core.text import tokenize
 
 Reason = Literal["refused", "escalated", "thumbs_down"]
 REASONS: tuple[Reason, ...] = ("refused", "escalated", "thumbs_down")

@@ -1,7 +1,7 @@
 """The support check: is a sentence of an answer backed by the excerpts, and by which of them; and a loop guard.
 
 A sentence is supported when its content words align, in order, to one compact place of one excerpt
-(rag.alignment) closely enough, that place says the same about negation and quantity (not, most, only; 不, 大多数,
+(rag.core.alignment) closely enough, that place says the same about negation and quantity (not, most, only; 不, 大多数,
 只), and the sentence around it holds every number and every name or identifier the sentence states, exactly. Words
 the sentence shares with the question count only where the excerpt's place holds them too. The floors are
 calibrated on labelled sentences of the offline model (data/eval/support; README: precision and recall).
@@ -14,9 +14,9 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from rag.alignment import Units, align, polarity, units
-from rag.keyword import HAN_RANGE, STOPWORDS, tokenize
-from rag.sentences import Language, language_of, strip_markers, strip_tags, words
+from rag.core.alignment import Units, align, polarity, units
+from rag.core.sentences import Language, language_of, strip_markers, strip_tags, words
+from rag.core.text import HAN_RANGE, STOPWORDS, tokenize
 
 MIN_COVERAGE = {"en": 0.75, "zh": 0.75}
 # Words said differently inside the aligned place, or a last word said differently ("defined" said as "called"):
@@ -45,7 +45,7 @@ _NAME = re.compile(r"(?<=[a-z,;)]\s)[A-Z][A-Za-z]+(?:\s+[A-Z][A-Za-z]+)*")
 _LATIN_IN_HAN = re.compile(f"(?:(?<=[{HAN_RANGE}])|(?<=[{HAN_RANGE}] ))[A-Za-z][\\w.+-]*")
 # A fence of a code block, with its language tag (```bash): not part of the command it holds.
 _FENCE = re.compile(r"```[\w+#.-]*")
-# A bare verdict: kept only when the sentence after it is supported (rag.answer).
+# A bare verdict: kept only when the sentence after it is supported (rag.core.answer).
 VERDICT = re.compile(r"(?:yes|no|yes, you can|no, you cannot|是的?|对|可以|不可以|不能|不|没有)[.!,。！，]?",
                      re.IGNORECASE)
 _SENTENCE_END = re.compile(r"[.!?。！？\n]")

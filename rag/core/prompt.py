@@ -11,8 +11,8 @@ import secrets
 from collections.abc import Sequence
 from typing import Literal, TypedDict
 
-from rag.sanitize import defuse_template_tokens, strip_invisible
-from rag.types import Hit
+from rag.core.sanitize import defuse_template_tokens, strip_invisible
+from rag.core.types import Hit
 
 REFUSAL = "I could not find this in the documents."
 # What the assistant itself says (not the model), in the language of the question.

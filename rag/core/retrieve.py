@@ -19,15 +19,22 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, Protocol
 
-from rag.access import AccessPolicy, Principal
-from rag.embedder import CalibratedEmbedder, Embedder
-from rag.errors import EmptyIndex
-from rag.index import DenseIndex, Index, KeywordSearch
-from rag.keyword import HAN_CHAR, Admits, KeywordHit, cjk_share
-from rag.sentences import Language, chunk_language, question_language
-from rag.types import Hit
+from rag.core.access import AccessPolicy, Principal
+from rag.core.errors import EmptyIndex
+from rag.core.ports import (
+    Admits,
+    CalibratedEmbedder,
+    DenseIndex,
+    Embedder,
+    KeywordHit,
+    KeywordSearch,
+    SearchIndex,
+)
+from rag.core.sentences import Language, chunk_language, question_language
+from rag.core.text import HAN_CHAR, cjk_share
+from rag.core.types import Hit
 
-log = logging.getLogger("rag.retrieve")
+log = logging.getLogger("rag.core.retrieve")
 
 Mode = Literal["hybrid", "dense", "keyword"]
 CANDIDATES = 20  # per side, before fusion
@@ -58,7 +65,7 @@ class Reranker(Protocol):
 
 
 class Translator(Protocol):
-    """Puts a question into the other language for a second search (rag.translate.LLMTranslator)."""
+    """Puts a question into the other language for a second search (rag.core.translate.LLMTranslator)."""
 
     def translate(self, question: str, into: Language) -> str | None:
         """The question in language `into`, or None when there is no translation."""
@@ -172,7 +179,7 @@ def merged(asked: Sequence[Hit], translated: Sequence[Hit], weight: float = TRAN
 class Retriever:
     """Finds the chunks that best answer a question, among those the asking principal may see."""
 
-    def __init__(self, embedder: Embedder, index: Index, mode: Mode = "hybrid", fusion: Fusion = Fusion(),
+    def __init__(self, embedder: Embedder, index: SearchIndex, mode: Mode = "hybrid", fusion: Fusion = Fusion(),
                  reranker: Reranker | None = None, policy: AccessPolicy = AccessPolicy(),
                  translator: Translator | None = None, floors: Floors = Floors()) -> None:
         self._embedder = embedder

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
-from rag.keyword import HAN_CHAR, cjk_share, has_cjk
+from rag.core.text import HAN_CHAR, cjk_share, has_cjk
 
 Language = Literal["en", "zh"]
 CHINESE_CHUNK = 0.2  # a chunk is Chinese from this share of Han characters (as the pair embedder reads it)

@@ -13,12 +13,12 @@ import threading
 import time
 from collections import OrderedDict
 
-from rag.errors import LLMUnavailable, RagError
-from rag.llm import LLM
-from rag.prompt import translate_messages
-from rag.sentences import Language, question_language
+from rag.core.errors import LLMUnavailable, RagError
+from rag.core.ports import ChatModel
+from rag.core.prompt import translate_messages
+from rag.core.sentences import Language, question_language
 
-log = logging.getLogger("rag.translate")
+log = logging.getLogger("rag.core.translate")
 
 MAX_TOKENS = 80  # a question, not a paragraph: a model that starts answering instead is cut short
 CACHE_SIZE = 1024
@@ -40,7 +40,7 @@ def cleaned(reply: str, into: Language, question: str) -> str | None:
 class LLMTranslator:
     """Translates questions with the served model; remembers recent translations, and pauses while it is down."""
 
-    def __init__(self, llm: LLM, languages: frozenset[str] = frozenset({"en", "zh"})) -> None:
+    def __init__(self, llm: ChatModel, languages: frozenset[str] = frozenset({"en", "zh"})) -> None:
         self._llm = llm
         self.languages = languages
         self._cache: OrderedDict[tuple[str, str], str | None] = OrderedDict()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rag.access import DocAccess
+from rag.core.access import DocAccess
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,5 +50,5 @@ class Hit:
     headings: str = ""
     title: str = ""
     doc_id: str = ""
-    access: str = ""  # the stored access label (rag.access.DocAccess.label), checked again before any exit
+    access: str = ""  # the stored access label (rag.core.access.DocAccess.label), checked again before any exit
     extra: dict[str, str | int | float] = field(default_factory=dict)

@@ -13,12 +13,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from rag.answer_types import Answer
-from rag.errors import ConfigError
-from rag.grounding import SupportChecker
-from rag.keyword import has_cjk
-from rag.sentences import language_of, question_language
-from rag.types import Hit
+from rag.core.answer_types import Answer
+from rag.core.errors import ConfigError
+from rag.core.grounding import SupportChecker
+from rag.core.sentences import language_of, question_language
+from rag.core.text import has_cjk
+from rag.core.types import Hit
 
 RANKS = (1, 3, 10)
 _REMOVED_NOTE = re.compile(r"\s*\(link removed(?:: [^()]*)?\)")

@@ -17,10 +17,10 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field, InstanceOf
 
-from rag.access import ANONYMOUS, Principal, parse_grant
 from rag.config import Settings, load_settings
-from rag.retrieve import Retriever
-from rag.types import Hit
+from rag.core.access import ANONYMOUS, Principal, parse_grant
+from rag.core.retrieve import Retriever
+from rag.core.types import Hit
 from rag.wiring import build_retriever
 
 DEFAULT_K = int(Settings.model_fields["top_k"].default)
@@ -50,7 +50,7 @@ class KnowledgeBaseRetriever(BaseRetriever):
     """The k best chunks the principal may see (hybrid dense + BM25 search, as `rag search`), as `Document`s.
 
     Errors of the knowledge base (an empty index, an unreachable Chroma server, bad settings) are raised as their
-    `rag.errors.RagError` subclasses, with the message the CLI prints."""
+    `rag.core.errors.RagError` subclasses, with the message the CLI prints."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 

@@ -18,8 +18,9 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from rag.components.cpu import BF16_FLAGS, cpu_flags
 from rag.config import Settings, is_loopback
-from rag.errors import ConfigError, LLMUnavailable
+from rag.core.errors import ConfigError, LLMUnavailable
 
 
 def health_url(base_url: str) -> str:
@@ -53,18 +54,6 @@ def vllm_command(settings: Settings) -> list[str]:
         "--dtype", llm_dtype(settings.llm_dtype), "--disable-uvicorn-access-log",
         *(["--enforce-eager"] if eager(settings.llm_compile) else []),
     ]
-
-
-BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
-
-
-def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
-    """The CPU's feature flags (empty where /proc/cpuinfo is missing)."""
-    try:
-        text = cpuinfo.read_text(errors="replace")
-    except OSError:
-        return frozenset()
-    return frozenset(word for line in text.splitlines() if line.startswith("flags") for word in line.split()[2:])
 
 
 def llm_dtype(setting: str, flags: frozenset[str] | None = None) -> str:

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from rag.access import ANONYMOUS, Principal
+from rag.core.access import ANONYMOUS, Principal
 from ui.api.errors import ApiError
 from ui.serving.principals import match_key
 from ui.serving.services import Services

@@ -7,7 +7,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from rag.errors import (
+from rag.core.errors import (
     Busy,
     ConfigError,
     Conflict,
@@ -22,6 +22,7 @@ from rag.errors import (
     StoreInUse,
     StoreUnavailable,
 )
+from ui.serving.errors import error_response
 from ui.serving.uploads import UploadRefused
 
 
@@ -33,13 +34,6 @@ class ApiError(Exception):
         super().__init__(message)
         self.status, self.kind, self.message, self.headers = status, kind, message, headers or {}
         self.details = details or {}  # more fields of the error object, for clients that act on them
-
-
-def error_response(status: int, kind: str, message: str, headers: dict[str, str] | None = None,
-                   details: dict[str, object] | None = None) -> JSONResponse:
-    """The JSON error body."""
-    body = {"type": kind, "message": message, **(details or {})}
-    return JSONResponse({"error": body}, status_code=status, headers=headers)
 
 
 # The core's named errors as (status, type), most specific first; anything else from upstream is a 502.

@@ -8,8 +8,8 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from rag.answer import Done, Event, Retrieved, Token
-from rag.errors import RagError
+from rag.core.answer import Done, Event, Retrieved, Token
+from rag.core.errors import RagError
 from ui.api.deps import PrincipalDep, ServicesDep
 from ui.api.errors import from_rag_error
 from ui.api.schemas import AskRequest, AskResponse, ErrorBody

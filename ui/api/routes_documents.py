@@ -12,7 +12,7 @@ from fastapi import APIRouter, Query, Request
 from starlette.concurrency import run_in_threadpool
 
 from ingest.manifest import Entry
-from rag.access import DocAccess
+from rag.core.access import DocAccess
 from ui.api.deps import PrincipalDep, ServicesDep
 from ui.api.routes_ask import ADMIN_ERRORS, ERRORS
 from ui.api.schemas import DocumentOut, FeedbackOut, SyncOut

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import FileResponse
 from starlette.concurrency import run_in_threadpool
 
-from rag.access import Principal
+from rag.core.access import Principal
 from ui.api.deps import ServicesDep, get_principal
 from ui.api.errors import ApiError
 from ui.api.schemas import ErrorBody

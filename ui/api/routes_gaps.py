@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
 
-from rag.gaps import parse_since
+from rag.core.gaps import parse_since
 from ui.api.deps import PrincipalDep, ServicesDep
 from ui.api.errors import ApiError
 from ui.api.routes_ask import ADMIN_ERRORS

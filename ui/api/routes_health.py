@@ -9,8 +9,8 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
-from rag.errors import RagError
-from rag.llm_server import is_healthy
+from rag.core.errors import RagError
+from rag.tools.llm_server import is_healthy
 from ui.api.deps import PrincipalDep, ServicesDep, admin_or_open
 from ui.api.routes_ask import ADMIN_ERRORS
 from ui.serving.documents import require_admin

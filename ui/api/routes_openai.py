@@ -10,8 +10,8 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from rag.answer import Answer, Done, Event, Token
-from rag.errors import RagError
+from rag.core.answer import Answer, Done, Event, Token
+from rag.core.errors import RagError
 from ui.api.deps import PrincipalDep, ServicesDep
 from ui.api.errors import ApiError, from_rag_error
 from ui.api.routes_ask import ERRORS

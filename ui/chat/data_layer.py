@@ -17,8 +17,8 @@ from chainlit.types import ThreadDict
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from rag.feedback import Feedback, FeedbackStore
-from rag.prompt import Message
+from rag.components.feedback import Feedback, FeedbackStore
+from rag.core.prompt import Message
 from ui.chat.sessions import REQUEST_USER
 
 SCHEMA = (

@@ -17,21 +17,21 @@ from typing import Any
 import chainlit as cl
 from chainlit.types import ThreadDict
 
-from rag.access import ANONYMOUS, Principal
-from rag.answer import Answer, Done, Event, Retrieved, Token
-from rag.errors import Busy, EmptyIndex, LLMUnavailable, RagError, StoreUnavailable
-from rag.prompt import Message
+from rag.core.access import ANONYMOUS, Principal
+from rag.core.answer import Answer, Done, Event, Retrieved, Token
+from rag.core.errors import Busy, EmptyIndex, LLMUnavailable, RagError, StoreUnavailable
+from rag.core.prompt import Message
 from ui.chat import state
 from ui.chat.data_layer import ChatDataLayer, history_from_steps
 from ui.chat.render import SourcePanel, answer_markdown, source_panels, welcome_markdown
 from ui.chat.sessions import message_allowed, sign_in_metadata
 from ui.chat.texts import Language, pick_language, text
 from ui.chat.uploads import add_files, admin_hint, chat_profiles, dropped_files, forget
-from ui.chat.users import authenticate
 from ui.serving.answering import answer_stream, ask_body
 from ui.serving.documents import visible_documents
 from ui.serving.files import file_url, pdf_on_disk
 from ui.serving.limits import QUESTION_CHARS
+from ui.serving.users import authenticate
 
 log = logging.getLogger("rag.chat")
 context = state.current()

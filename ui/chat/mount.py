@@ -10,11 +10,11 @@ from fastapi import FastAPI
 from starlette.staticfiles import StaticFiles
 
 from rag.config import Settings
-from rag.errors import ConfigError
+from rag.core.errors import ConfigError
 from ui.chat import CHAT_DIR, state
 from ui.chat.sessions import check_secret
-from ui.chat.users import parse_users
 from ui.serving.services import Services
+from ui.serving.users import parse_users
 
 CHAT_PATH = "/chat"
 

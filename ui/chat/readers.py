@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from starlette.requests import Request
 
-from rag.access import ANONYMOUS, Principal
+from rag.core.access import ANONYMOUS, Principal
 from ui.chat import state
 from ui.chat.guard import session_token
 from ui.chat.sessions import current_user

@@ -1,7 +1,7 @@
 """Pure rendering of answers for the chat: the message text, its source list, metrics line and source panels.
 
 Document text (file names, headings, snippets, passages) is sanitised with the answer's link policy before it is
-rendered as Markdown: no image, no link off the allowlist, no raw HTML (rag.sanitize). The answer's own text was
+rendered as Markdown: no image, no link off the allowlist, no raw HTML (rag.core.sanitize). The answer's own text was
 sanitised by the engine."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from rag.answer import Answer, Source
-from rag.extract import passage_body
-from rag.sanitize import STRICT, LinkPolicy
+from rag.core.answer import Answer, Source
+from rag.core.extract import passage_body
+from rag.core.sanitize import STRICT, LinkPolicy
 from ui.chat.texts import Language, text
 
 SNIPPET_CHARS = 140

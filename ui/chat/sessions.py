@@ -27,11 +27,11 @@ from typing import Any
 
 import jwt
 
-from rag.errors import ConfigError
+from rag.core.errors import ConfigError
 from ui.chat import state
 from ui.chat.state import ChatContext
 from ui.chat.texts import Language
-from ui.chat.users import UiUser
+from ui.serving.users import UiUser
 
 MIN_SECRET_BYTES = 32  # HS256 keys: RFC 7518 asks for at least the hash size
 # The signed-in user of the HTTP request being served under /chat, set by the guard ("" with no current session;

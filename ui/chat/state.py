@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from rag.config import Settings
-from ui.chat.users import UiUser
 from ui.serving.services import Services
+from ui.serving.users import UiUser
 
 if TYPE_CHECKING:
     from ui.chat.sessions import SignOuts

@@ -20,9 +20,9 @@ import chainlit as cl
 from chainlit.config import FILES_DIRECTORY, ChainlitConfig, ChainlitConfigOverrides, SpontaneousFileUploadFeature
 from chainlit.element import Element
 
-from rag.access import DocAccess, Principal
 from rag.config import Settings
-from rag.errors import Conflict, IngestBusy, RagError
+from rag.core.access import DocAccess, Principal
+from rag.core.errors import Conflict, IngestBusy, RagError
 from ui.chat import state
 from ui.chat.texts import Language, text
 from ui.serving.documents import Uploaded

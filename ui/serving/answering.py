@@ -10,13 +10,13 @@ from typing import Literal
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from rag.access import Principal, groups_label
-from rag.answer import Answer, Done, Event
-from rag.gaps import Asked, Reason
-from rag.llm import Stop
-from rag.prompt import Message
-from rag.sanitize import STRICT, LinkPolicy, Removed
-from rag.types import Hit
+from rag.core.access import Principal, groups_label
+from rag.core.answer import Answer, Done, Event
+from rag.core.gaps import Asked, Reason
+from rag.core.ports import Stop
+from rag.core.prompt import Message
+from rag.core.sanitize import STRICT, LinkPolicy, Removed
+from rag.core.types import Hit
 from ui.serving.services import Services
 from ui.serving.streaming import AnswerStream
 
@@ -86,7 +86,7 @@ def record_unanswered(services: Services, question: str, answer: Answer, princip
 
 def hit_json(n: int, hit: Hit, links: LinkPolicy = STRICT) -> dict[str, object]:
     """A numbered excerpt on the wire: where it is from, its score, headings and a snippet; headings and snippet
-    are document text, sanitised for Markdown (rag.sanitize: no images, no links off the allowlist, no HTML)."""
+    are document text, sanitised for Markdown (rag.core.sanitize: no images, no links off the allowlist, no HTML)."""
     return _shown_hit(n, hit, links)[0]
 
 

@@ -13,9 +13,9 @@ from ingest.loaders import LoadError, decode_text, front_matter
 from ingest.manifest import Entry
 from ingest.parse import has_front_matter, sidecar_access, sidecar_of
 from ingest.pipeline import Report
-from rag.access import DocAccess, Principal, document_access
-from rag.errors import Conflict, Forbidden, InvalidDocument, NotFound
-from rag.feedback import Feedback
+from rag.components.feedback import Feedback
+from rag.core.access import DocAccess, Principal, document_access
+from rag.core.errors import Conflict, Forbidden, InvalidDocument, NotFound
 from ui.serving.services import Services
 
 FEEDBACK_SCAN = 10_000  # ratings read to find the newest visible ones (feedback tables stay small)

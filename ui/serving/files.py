@@ -11,8 +11,8 @@ from pathlib import Path, PurePosixPath
 from urllib.parse import quote
 
 from ingest.manifest import Entry
-from rag.access import Principal
-from rag.errors import NotFound
+from rag.core.access import Principal
+from rag.core.errors import NotFound
 from ui.serving.documents import visible_documents
 from ui.serving.services import Services
 

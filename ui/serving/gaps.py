@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from rag.access import Principal, asked_within
-from rag.gaps import Asked, GapReport, find_gaps, since_iso
-from rag.unanswered import load_asked
+from rag.components.unanswered import load_asked
+from rag.core.access import Principal, asked_within
+from rag.core.gaps import Asked, GapReport, find_gaps, since_iso
 from ui.serving.documents import require_admin, visible_documents
 from ui.serving.services import Services
 

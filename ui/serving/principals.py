@@ -10,8 +10,8 @@ from __future__ import annotations
 import hmac
 from dataclasses import dataclass, field
 
-from rag.access import Principal, parse_grant
-from rag.errors import ConfigError
+from rag.core.access import Principal, parse_grant
+from rag.core.errors import ConfigError
 
 MIN_KEY_CHARS = 16
 

@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 from typing import ParamSpec, TypeVar
 
 from ingest import service
-from rag.answer import QueryEngine
+from rag.components.feedback import FeedbackStore
+from rag.components.index import Index
+from rag.components.llm import LLM
+from rag.components.unanswered import UnansweredStore
 from rag.config import Settings
-from rag.embedder import Embedder
-from rag.errors import Busy
-from rag.feedback import FeedbackStore
-from rag.index import Index
-from rag.llm import LLM
-from rag.unanswered import UnansweredStore
+from rag.core.answer import QueryEngine
+from rag.core.errors import Busy
+from rag.core.ports import Embedder
 from rag.wiring import (
     build_embedder,
     build_engine,

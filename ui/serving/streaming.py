@@ -12,8 +12,8 @@ from contextlib import suppress
 import anyio
 import anyio.to_thread
 
-from rag.answer import Done, Event, Token
-from rag.llm import Stop, Stopped
+from rag.core.answer import Done, Event, Token
+from rag.core.ports import Stop, Stopped
 from ui.serving.services import Services
 
 Start = Callable[[Stop], Generator[Event, None, None]]  # the engine's stream, given the event that stops it

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from ingest import files
 from ingest.parse import SUPPORTED, is_supported
-from rag.access import Principal
 from rag.config import Settings
+from rag.core.access import Principal
 from ui.serving.documents import Uploaded, check_upload, ingest_upload, require_admin, upload_folder
 from ui.serving.limits import size_text
 from ui.serving.services import Services

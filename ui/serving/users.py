@@ -9,8 +9,8 @@ import hmac
 import secrets
 from dataclasses import dataclass, field
 
-from rag.access import Principal
-from rag.errors import ConfigError
+from rag.core.access import Principal
+from rag.core.errors import ConfigError
 from ui.serving.principals import grant
 
 SCHEME = "pbkdf2_sha256"
