@@ -34,7 +34,7 @@ ENV PATH=/app/.venv/bin:$PATH \
     RAG_DATA_DIR=/data \
     RAG_DOCS_DIR=/docs
 USER rag
-# Both default embedders prepared (rag/components/onnx_embedder.py: e5 converted, ONNX exported) once here, never at a start.
+# Both default embedders prepared (rag/tools/prepare_models.py: e5 converted, ONNX exported) once here, never at a start.
 RUN python -m rag.tools.prepare_models
 EXPOSE 8000
 HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \

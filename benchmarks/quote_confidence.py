@@ -6,7 +6,7 @@ For each case: retrieval as the answer path runs it (the principal sees everythi
 model, and the best score of rag.core.extract's quotes over them. Prints, per language, the best scores of answerable
 questions whose passage was retrieved, and of unanswerable ones (near misses, off-topic) that got past retrieval,
 and the share of each at or above candidate floors: rag.core.extract.CONFIDENT_SCORE is the floor under which a quote is
-not shown after the model refused or its draft was withheld (README, "Refusals mean not in the documents").
+not shown after the model refused or its draft was withheld (docs, "Refusals mean not in the documents").
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 
 Each argument pairs a data dir (a corpus ingested with RAG_EMBED_MODEL) with a case file. For every dense share in
 GRID it runs `rag eval`'s measure (rag.tools.evaluate) over the **tune half** of every pair (the test half is what
-README
+docs
 reports, so it is never fitted) — the share applies to the questions' language
 (English questions: RAG_HYBRID_DENSE_WEIGHT, Chinese ones: RAG_HYBRID_DENSE_WEIGHT_CJK) — and prints recall@1/@3
 and MRR per case file, with the refusal threshold `rag eval` suggests at that share. Questions are embedded

@@ -18,7 +18,7 @@ from rag.core.errors import ConfigError
 
 # Both bundled models as one (rag.components.paired_embedder): MiniLM for English questions, e5 for Chinese ones.
 BUNDLED_PAIR_MODEL = f"{BUNDLED_EMBED_MODEL}+{BUNDLED_E5_MODEL}"
-# The offline default LLM (Qwen2.5-Coder-0.5B-Instruct, verified and converted by make setup: README).
+# The offline default LLM (Qwen2.5-Coder-0.5B-Instruct, verified and converted by make setup: docs).
 OFFLINE_LLM = "qwen2.5-coder-0.5b-instruct"
 
 
@@ -36,12 +36,12 @@ class RetrievalTuning:
     pair_cross_scale: tuple[float, float] | None = None
 
 
-# Measured with `rag eval` on the dev sets (README): cosine scales differ between models (e5's unrelated texts
+# Measured with `rag eval` on the dev sets (docs): cosine scales differ between models (e5's unrelated texts
 # score ~0.7), so thresholds and weights belong to the model. Other models get MiniLM's: recalibrate them.
 TUNING = {
     BUNDLED_EMBED_MODEL: RetrievalTuning(0.27, 0.16, 0.8, 0.1),
     BUNDLED_E5_MODEL: RetrievalTuning(0.72, 0.60, 0.9, 0.7),
-    # Fitted on the tune halves of all eight dev sets (README "Tune halves and test halves"). The Chinese threshold
+    # Fitted on the tune halves of all eight dev sets (docs "Tune halves and test halves"). The Chinese threshold
     # keeps 0.97+ of answerable questions: e5 scores on-topic unanswerable Chinese questions as high as answerable
     # ones, so no threshold separates them and refusing those is left to the answer step.
     # The cross scale: a grid of slope × the MiniLM value of e5's median cross-lingual cosine (0.80) on the tune

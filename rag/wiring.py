@@ -270,10 +270,11 @@ def build_engine(settings: Settings, embedder: Embedder | None = None, store: In
     llm = llm or build_llm(settings)
     retriever = build_retriever(settings, embedder, store, llm)
     tuning = settings.tuning
-    return QueryEngine(retriever, llm, settings.top_k, tuning.refusal_threshold,
-                       tuning.refusal_threshold_cjk, settings.answer_mode, sentence_encoder(embedder),
-                       settings.max_answer_tokens,
-                       settings.model_languages, LinkPolicy.parse(settings.link_allowlist))
+    return QueryEngine(retriever, llm, top_k=settings.top_k, refusal_threshold=tuning.refusal_threshold,
+                       refusal_threshold_cjk=tuning.refusal_threshold_cjk, mode=settings.answer_mode,
+                       encoder=sentence_encoder(embedder), max_answer_tokens=settings.max_answer_tokens,
+                       model_languages=settings.model_languages,
+                       links=LinkPolicy.parse(settings.link_allowlist))
 
 
 def build_feedback_store(settings: Settings) -> FeedbackStore:

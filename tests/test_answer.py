@@ -67,7 +67,8 @@ LEAVE = "How many days of annual leave do staff get?"
 
 def test_unsupported_sentences_are_withheld_in_generate_mode(retriever: Retriever) -> None:
     reply = "Staff get 25 days of annual leave per year. Unused days expire in March 2031."
-    engine = QueryEngine(retriever, FakeLLMServer(lambda m: reply).llm(), 2, 0.1, mode="generate")
+    engine = QueryEngine(retriever, FakeLLMServer(lambda m: reply).llm(),
+                         top_k=2, refusal_threshold=0.1, mode="generate")
     events = list(engine.stream(LEAVE, principal=ALL))
     assert "".join(e.text for e in events if isinstance(e, Token)) == "Staff get 25 days of annual leave per year [1]."
     answer = engine.ask(LEAVE, principal=ALL)
@@ -84,7 +85,8 @@ def test_unsupported_sentences_are_withheld_in_generate_mode(retriever: Retrieve
     ("Please ask the manager about it " * 30, "loop"),
 ])
 def test_auto_mode_quotes_the_documents_when_the_draft_fails(retriever: Retriever, reply: str, fallback: str) -> None:
-    answer = QueryEngine(retriever, FakeLLMServer(lambda m: reply).llm(), 2, 0.1).ask(LEAVE, principal=ALL)
+    answer = QueryEngine(retriever, FakeLLMServer(lambda m: reply).llm(),
+                         top_k=2, refusal_threshold=0.1).ask(LEAVE, principal=ALL)
     assert (answer.mode, answer.fallback, answer.answerable) == ("extracted", fallback, True)
     assert answer.text == "From the documents (quoted):\n“Staff get 25 days of annual leave per year.” [1]"
     assert answer.cited and answer.shown_sentences[0].sources == (1,)
@@ -93,7 +95,8 @@ def test_auto_mode_quotes_the_documents_when_the_draft_fails(retriever: Retrieve
 
 def test_auto_mode_withholds_unsupported_sentences_one_by_one(retriever: Retriever) -> None:
     reply = "Leave is decided by your manager. Staff get 25 days of annual leave per year. Unused days expire in 2031."
-    answer = QueryEngine(retriever, FakeLLMServer(lambda m: reply).llm(), 2, 0.1).ask(LEAVE, principal=ALL)
+    answer = QueryEngine(retriever, FakeLLMServer(lambda m: reply).llm(),
+                         top_k=2, refusal_threshold=0.1).ask(LEAVE, principal=ALL)
     assert (answer.mode, answer.text) == ("generated", "Staff get 25 days of annual leave per year [1].")
     assert [s.reason for s in answer.withheld] == ["swapped", "number"]
 
@@ -105,7 +108,8 @@ def test_auto_mode_withholds_unsupported_sentences_one_by_one(retriever: Retriev
 ])
 def test_a_yes_keeps_its_verdict_only_with_a_supported_sentence_after_it(retriever: Retriever, reply: str,
                                                                          shown: str) -> None:
-    answer = QueryEngine(retriever, FakeLLMServer(lambda m: reply).llm(), 2, 0.1).ask(LEAVE, principal=ALL)
+    answer = QueryEngine(retriever, FakeLLMServer(lambda m: reply).llm(),
+                         top_k=2, refusal_threshold=0.1).ask(LEAVE, principal=ALL)
     assert (answer.mode, answer.text) == ("generated", shown)
     assert recheck(answer) == len(answer.shown_sentences)
 
@@ -113,20 +117,22 @@ def test_a_yes_keeps_its_verdict_only_with_a_supported_sentence_after_it(retriev
 def test_an_introduction_is_shown_only_with_what_it_introduces(retriever: Retriever) -> None:
     """"Staff get annual leave as follows:" is supported, but what follows is not: nothing of it is streamed."""
     reply = "Staff get annual leave per year as follows:\n\n1. Staff get 31 days of annual leave per year."
-    engine = QueryEngine(retriever, FakeLLMServer(lambda m: reply).llm(), 2, 0.1)
+    engine = QueryEngine(retriever, FakeLLMServer(lambda m: reply).llm(), top_k=2, refusal_threshold=0.1)
     events = list(engine.stream(LEAVE, principal=ALL))
     tokens = "".join(e.text for e in events if isinstance(e, Token))
     assert tokens == "From the documents (quoted):\n“Staff get 25 days of annual leave per year.” [1]"
     answer = engine.ask(LEAVE, principal=ALL)
     assert [(s.reason, s.shown) for s in answer.withheld] == [("intro", False), ("number", False)]
     both = "Staff get annual leave per year as follows:\n\n- Staff get 25 days of annual leave per year."
-    shown = QueryEngine(retriever, FakeLLMServer(lambda m: both).llm(), 2, 0.1).ask(LEAVE, principal=ALL)
+    shown = QueryEngine(retriever, FakeLLMServer(lambda m: both).llm(),
+                        top_k=2, refusal_threshold=0.1).ask(LEAVE, principal=ALL)
     assert shown.text == ("Staff get annual leave per year as follows: [1]\n"
                           "- Staff get 25 days of annual leave per year [1].")
 
 
 def test_generate_mode_never_quotes_and_says_when_nothing_was_supported(retriever: Retriever) -> None:
-    engine = QueryEngine(retriever, FakeLLMServer(lambda m: "Ask your manager.").llm(), 2, 0.1, mode="generate")
+    engine = QueryEngine(retriever, FakeLLMServer(lambda m: "Ask your manager.").llm(),
+                         top_k=2, refusal_threshold=0.1, mode="generate")
     answer = engine.ask(LEAVE, principal=ALL)
     assert (answer.mode, answer.answerable, answer.fallback) == ("refused", False, "withheld")
     assert answer.text.startswith("I could not write an answer that the documents support")
@@ -135,14 +141,16 @@ def test_generate_mode_never_quotes_and_says_when_nothing_was_supported(retrieve
 
 def test_extract_mode_does_not_call_the_llm(retriever: Retriever) -> None:
     server = FakeLLMServer(lambda m: "unused")
-    answer = QueryEngine(retriever, server.llm(), 2, 0.1, mode="extract").ask(LEAVE, principal=ALL)
+    answer = QueryEngine(retriever, server.llm(),
+                         top_k=2, refusal_threshold=0.1, mode="extract").ask(LEAVE, principal=ALL)
     assert (answer.mode, answer.fallback, server.requests) == ("extracted", "setting", [])
     assert "“Staff get 25 days of annual leave per year.” [1]" in answer.text
 
 
 def test_loops_stop_generation_but_keep_the_checked_sentences(retriever: Retriever) -> None:
     reply = "Staff get 25 days of annual leave per year. " + "Leave leave leave leave " * 40
-    engine = QueryEngine(retriever, FakeLLMServer(lambda m: reply).llm(), 2, 0.1, mode="generate")
+    engine = QueryEngine(retriever, FakeLLMServer(lambda m: reply).llm(),
+                         top_k=2, refusal_threshold=0.1, mode="generate")
     answer = engine.ask(LEAVE, principal=ALL)
     assert (answer.mode, answer.loop, answer.text) == ("generated", True,
                                                        "Staff get 25 days of annual leave per year [1].")
@@ -150,31 +158,36 @@ def test_loops_stop_generation_but_keep_the_checked_sentences(retriever: Retriev
 
 def test_markup_in_the_draft_is_removed_and_its_words_checked(retriever: Retriever) -> None:
     reply = "<b>Staff</b> get 25 days of annual leave per year.<script>alert(1)</script>"
-    answer = QueryEngine(retriever, FakeLLMServer(lambda m: reply).llm(), 2, 0.1).ask(LEAVE, principal=ALL)
+    answer = QueryEngine(retriever, FakeLLMServer(lambda m: reply).llm(),
+                         top_k=2, refusal_threshold=0.1).ask(LEAVE, principal=ALL)
     assert (answer.mode, answer.text) == ("generated", "Staff get 25 days of annual leave per year [1].")
 
 
 def test_model_refusal_is_overruled_only_when_a_quote_surely_answers(retriever: Retriever,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    sure = QueryEngine(retriever, FakeLLMServer(lambda m: REFUSAL).llm(), 2, 0.1).ask(LEAVE, principal=ALL)
+    sure = QueryEngine(retriever, FakeLLMServer(lambda m: REFUSAL).llm(),
+                       top_k=2, refusal_threshold=0.1).ask(LEAVE, principal=ALL)
     assert (sure.mode, sure.fallback) == ("extracted", "refusal")
     assert "25 days" in sure.text
     # The same excerpts, when the extractive ranking is not that sure: "not in the documents", not quotes.
     monkeypatch.setattr(extract_module, "CONFIDENT_SCORE", {"en": 10.0, "zh": 10.0})
-    unsure = QueryEngine(retriever, FakeLLMServer(lambda m: REFUSAL).llm(), 2, 0.1).ask(LEAVE, principal=ALL)
+    unsure = QueryEngine(retriever, FakeLLMServer(lambda m: REFUSAL).llm(),
+                         top_k=2, refusal_threshold=0.1).ask(LEAVE, principal=ALL)
     assert (unsure.mode, unsure.text, unsure.answerable) == ("refused", REFUSAL, False)
     # A draft withheld as unsupported follows the same rule.
     made_up = "Leave is decided by your manager each year."
-    withheld = QueryEngine(retriever, FakeLLMServer(lambda m: made_up).llm(), 2, 0.1).ask(LEAVE, principal=ALL)
+    withheld = QueryEngine(retriever, FakeLLMServer(lambda m: made_up).llm(),
+                           top_k=2, refusal_threshold=0.1).ask(LEAVE, principal=ALL)
     assert (withheld.mode, withheld.answerable) == ("refused", False)
 
 
 def test_question_about_things_no_excerpt_names_is_refused(retriever: Retriever) -> None:
     server = FakeLLMServer(lambda messages: "should not be called")
-    engine = QueryEngine(retriever, server.llm(), 2, -1.0)
+    engine = QueryEngine(retriever, server.llm(), top_k=2, refusal_threshold=-1.0)
     answer = engine.ask("How many leave days do Windows users get at Microsoft Office?", principal=ALL)
     assert (answer.mode, answer.answerable, server.requests) == ("refused", False, [])
-    assert QueryEngine(retriever, server.llm(), 2, -1.0, mode="extract").ask(LEAVE, principal=ALL).mode == "extracted"
+    assert QueryEngine(retriever, server.llm(),
+                       top_k=2, refusal_threshold=-1.0, mode="extract").ask(LEAVE, principal=ALL).mode == "extracted"
 
 
 def test_quotes_that_name_none_of_the_things_asked_about_are_refused(docs: Path, write: Write, settings: Settings,
@@ -184,7 +197,8 @@ def test_quotes_that_name_none_of_the_things_asked_about_are_refused(docs: Path,
     write("it/install.md", "# Installing software\nLaptops run Windows or Debian.\n\n"
                            "To install a program, open the Software Center and press Install.")
     service.sync([docs], settings, embedder=embedder)
-    engine = QueryEngine(Retriever(embedder, build_store(settings)), FakeLLMServer(lambda m: "").llm(), 1, -1.0,
+    engine = QueryEngine(Retriever(embedder, build_store(settings)), FakeLLMServer(lambda m: "").llm(),
+                         top_k=1, refusal_threshold=-1.0,
                          mode="extract", encoder=sentence_encoder(embedder))
     office = engine.ask("How do I install Microsoft Office on Windows?", principal=ALL)
     assert (office.mode, office.answerable) == ("refused", False), office.text
@@ -210,7 +224,8 @@ def test_follow_up_is_condensed_for_retrieval_and_answered_with_history(retrieve
     server = FakeLLMServer(reply)
     history: list[Message] = [{"role": "user", "content": "Tell me about the VPN."},
                               {"role": "assistant", "content": "It gives access to the intranet [1]."}]
-    answer = QueryEngine(retriever, server.llm(), 1, 0.0).ask("How do I connect to it?", history, principal=ALL)
+    answer = QueryEngine(retriever, server.llm(),
+                         top_k=1, refusal_threshold=0.0).ask("How do I connect to it?", history, principal=ALL)
     assert answer.standalone_question == "How do I connect to the VPN?"
     assert answer.sources[0].hit.source == "it/vpn.md"
     final = server.requests[1]["messages"]
@@ -220,7 +235,7 @@ def test_follow_up_is_condensed_for_retrieval_and_answered_with_history(retrieve
 
 def test_unreachable_llm_names_the_base_url(retriever: Retriever, settings: Settings) -> None:
     dead = settings.model_copy(update={"llm_base_url": "http://127.0.0.1:9/v1", "llm_connect_timeout_s": 1.0})
-    engine = QueryEngine(retriever, build_llm(dead), 2, 0.0)
+    engine = QueryEngine(retriever, build_llm(dead), top_k=2, refusal_threshold=0.0)
     with pytest.raises(LLMUnavailable, match=r"http://127.0.0.1:9/v1.*RAG_LLM_BASE_URL"):
         engine.ask("How many leave days?", principal=ALL)
 
@@ -238,7 +253,8 @@ def test_a_sentence_shown_with_its_link_taken_out_passes_the_recheck(docs: Path,
     write("books.md", "# Books\nSee the python.org wiki at https://wiki.python.org/moin/PythonBooks for a list.")
     service.sync([docs], settings, embedder=embedder)
     reply = "See the python.org wiki at https://wiki.python.org/moin/PythonBooks for a list [1]."
-    engine = QueryEngine(Retriever(embedder, build_store(settings)), FakeLLMServer(lambda m: reply).llm(), 1, 0.0)
+    engine = QueryEngine(Retriever(embedder, build_store(settings)), FakeLLMServer(lambda m: reply).llm(),
+                         top_k=1, refusal_threshold=0.0)
     answer = engine.ask("Where is a list of Python books?", principal=ALL)
     assert answer.text == "See the python.org wiki at (link removed: wiki.python.org) for a list [1]."
     assert recheck(answer) == 1
@@ -250,7 +266,8 @@ def test_a_new_topic_in_a_conversation_is_searched_alone(retriever: Retriever) -
     server = FakeLLMServer(lambda messages: "Install WireGuard and import the company profile [1].")
     history: list[Message] = [{"role": "user", "content": "How many leave days do I get?"},
                               {"role": "assistant", "content": "25 days a year [1]."}]
-    answer = QueryEngine(retriever, server.llm(), 1, 0.0).ask("How do I connect to the office VPN?", history,
+    answer = QueryEngine(retriever, server.llm(),
+                         top_k=1, refusal_threshold=0.0).ask("How do I connect to the office VPN?", history,
                                                               principal=ALL)
     assert answer.standalone_question == "How do I connect to the office VPN?"
     assert answer.sources[0].hit.source == "it/vpn.md"
@@ -269,7 +286,7 @@ def test_a_follow_up_that_finds_nothing_as_asked_is_condensed(retriever: Retriev
     history: list[Message] = [{"role": "user", "content": "Tell me about the VPN."},
                               {"role": "assistant", "content": "It reaches the intranet [1]."}]
     # The question alone scores 0.26 on the VPN page, the rewrite 0.55: a threshold between them.
-    engine = QueryEngine(retriever, server.llm(), 1, 0.4)
+    engine = QueryEngine(retriever, server.llm(), top_k=1, refusal_threshold=0.4)
     answer = engine.ask("Which client software is needed first?", history, principal=ALL)
     assert answer.standalone_question == "Which VPN client software is needed to reach the intranet?"
     assert answer.sources[0].hit.source == "it/vpn.md"

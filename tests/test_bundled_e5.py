@@ -159,7 +159,7 @@ def test_tokens_match_the_package_on_1000_texts(
 @pytest.mark.slow
 def test_vectors_match_the_package_on_500_texts(texts: list[str], model: SentenceTransformer, engine: E5) -> None:
     # Every other text of the 1,000 (the mix of scripts and lengths stays), alternately as a question and as a
-    # passage: 250 of each kind. All 1,000 were measured once (README): this keeps CI's time in bounds.
+    # passage: 250 of each kind. All 1,000 were measured once (docs): this keeps CI's time in bounds.
     sample = texts[::2]
     for kind, part in (("query", sample[::2]), ("passage", sample[1::2])):
         low, mean = _check_vectors(part, kind, model, engine)

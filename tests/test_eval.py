@@ -73,7 +73,7 @@ def _eval(data_dir: Path, cases: Path, mode: str, model: str = "") -> dict[str, 
     return result
 
 
-# Floors on the test halves for the default embedder, the MiniLM + e5 pair (README, "Both bundled embedders as one":
+# Floors on the test halves for the default embedder, the MiniLM + e5 pair (docs, "Both bundled embedders as one":
 # measured 2026-12-03, torch bf16 vectors), less a margin of about one question for model/library drift and the
 # other CPU backend (a test half of the Chinese set is 20 questions, so one question is 0.05 there; the Debian
 # Reference's 18 answerable and 4 unanswerable, one unanswerable 0.25). No retrieval refusal is asked of Chinese
@@ -185,7 +185,7 @@ def ingested(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
     return data_dir
 
 
-# Where fusion loses to one side on a test half beyond one question's worth today (README, "Both bundled embedders
+# Where fusion loses to one side on a test half beyond one question's worth today (docs, "Both bundled embedders
 # as one"): on the Python FAQ the pair's dense side alone finds two more answers at rank 1 (0.82 vs 0.80, MRR 0.879 vs
 # 0.865; hybrid keeps recall@3, 0.941 vs 0.918). The tune halves of the four English-question sets keep the dense
 # weight at 0.8 (the FAQ's alone would take 0.9, which costs the English questions over Chinese samples 0.05), so it
@@ -241,7 +241,7 @@ def test_minilm_alone_and_the_pair_within_a_hundredth_of_it_in_english(dev_set: 
     assert pair["mrr"] >= minilm["mrr"] - 0.01, (pair, minilm)
 
 
-# The bundled multilingual e5 (opt-in: English recall@3 0.87 against MiniLM's 0.94, README) on the sets it is for:
+# The bundled multilingual e5 (opt-in: English recall@3 0.87 against MiniLM's 0.94, docs) on the sets it is for:
 # Chinese, and questions in one language over documents in the other. Test halves, 2026-12-03, less a margin.
 E5_FLOORS = {"zh": {"@3": 0.75, "mrr": 0.72, "refusal_recall": 0.9, "kept": 0.9},
              "xling-en-zh": {"@3": 0.71, "mrr": 0.64, "refusal_recall": 0.9, "kept": 0.7},
@@ -268,7 +268,7 @@ def fixed_sample(cases: Path, answerable: int, offtopic: int) -> str:
 
 
 # Answer floors on the fixed samples (30 answerable + 10 off-topic each), offline model (Qwen2.5-Coder-0.5B): set
-# under the test halves' gold cited of 2026-12-02 (README: 0.50 English, 0.56 Chinese; Qwen refuses some answerable
+# under the test halves' gold cited of 2026-12-02 (docs: 0.50 English, 0.56 Chinese; Qwen refuses some answerable
 # questions and the assistant quotes only when sure). What is shown must always pass the check and speak the
 # question's language. With the pair (2026-12-03) the Chinese sample's off-topic questions pass retrieval and the
 # answer step refuses them: 8 of 10 (two got an unrelated quote), gold cited 0.70; the floor is one question under.
@@ -314,7 +314,7 @@ def test_answer_checks_with_the_real_llm(tmp_path: Path, llm_server: LLMServer) 
 
 
 # Questions in one language over documents in the other, translated by the real LLM (the default wherever vLLM
-# answers): test halves of 2026-12-04 (README, "Questions in the other language"), less about two questions for the
+# answers): test halves of 2026-12-04 (docs, "Questions in the other language"), less about two questions for the
 # other CPU kind's arithmetic (a translation that changes by one word can move a question), and it must beat the
 # same search without translation.
 TRANSLATED_FLOORS = {"xling-zh-en": 0.72, "xling-en-zh": 0.8, "debref-zh-en": 0.7, "debref-en-zh": 0.66,

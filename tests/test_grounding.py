@@ -179,7 +179,7 @@ def test_a_copied_heading_path_is_no_answer_and_number_words_count() -> None:
 
 
 def test_the_check_on_the_held_out_half_of_the_labelled_sentences() -> None:
-    """data/eval/support: floors under the test half's figures of 2026-12-02 (README), so a change to the check
+    """data/eval/support: floors under the test half's figures of 2026-12-02 (docs), so a change to the check
     that admits more false sentences, or loses true ones, fails here."""
     from benchmarks.support_calibration import LABELLED, load, score
 

@@ -1,4 +1,4 @@
-"""The keyword-write benchmark's quick mode runs and prints its figures (the 100k run is in README)."""
+"""The keyword-write benchmark's quick mode runs and prints its figures (the 100k run is in docs)."""
 
 from __future__ import annotations
 

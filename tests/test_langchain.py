@@ -1,6 +1,6 @@
 """rag.tools.langchain: the knowledge base as a LangChain retriever, over real MiniLM and real embedded Chroma — the
 documents and their metadata, k, access (a reader outside `hr` never gets the `hr` canary, through invoke, ainvoke
-and batch), the event loop left free, callbacks, from_settings from RAG_* variables, errors, and the README's
+and batch), the event loop left free, callbacks, from_settings from RAG_* variables, errors, and docs/langchain.md's
 example chain run as written with a fake chat model in place of the LLM server."""
 
 from __future__ import annotations
@@ -204,8 +204,8 @@ def test_from_settings_refuses_bad_input(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def _readme_example() -> str:
-    """The README's example chain, with a fake chat model that repeats its prompt in place of the LLM server."""
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    """docs/langchain.md's example chain, a fake chat model repeating its prompt in place of the LLM server."""
+    readme = (REPO / "docs" / "langchain.md").read_text(encoding="utf-8")
     section = readme.split("## Use from LangChain", 1)[1].split("\n## ", 1)[0]
     code: list[str] = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
     assert len(code) == 1, "the section has one example"
@@ -220,7 +220,7 @@ def test_the_readme_example_chain_runs(kb_settings: Settings, monkeypatch: pytes
     monkeypatch.setenv("RAG_DATA_DIR", str(kb_settings.data_dir))
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(_readme_example(), "README.md", "exec"), {"__name__": "readme_example"})
+        exec(compile(_readme_example(), "docs/langchain.md", "exec"), {"__name__": "readme_example"})
     prompt = out.getvalue()  # the fake model answers with the prompt it got: the excerpts the chain retrieved
     assert "Question: Which UID range does systemd use for dynamic users?" in prompt
     assert "[public/systemd-uids-gids.md, " in prompt and "61184" in prompt

@@ -120,5 +120,5 @@ def test_questions_of_questions_md(engine: QueryEngine) -> None:
             assert answer.mode != "refused", question
     cited = [any(s.cited and s.hit.source == expected for s in answers[q].sources) for q, expected in QUESTIONS_MD
              if expected]
-    assert sum(cited) >= 8, cited  # measured 2026-11-30: see README
+    assert sum(cited) >= 8, cited  # measured 2026-11-30: see docs
     assert "python3 -m venv" in answers["How do I create a Python virtual environment?"].text

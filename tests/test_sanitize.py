@@ -129,7 +129,8 @@ def test_engine_shows_answers_sanitised_and_reports_what_it_removed(docs: Path, 
         return answer_text
 
     server = FakeLLMServer(reply)
-    engine = QueryEngine(Retriever(embedder, build_store(settings)), server.llm(), 2, 0.1, mode="generate",
+    engine = QueryEngine(Retriever(embedder, build_store(settings)), server.llm(),
+                         top_k=2, refusal_threshold=0.1, mode="generate",
                          links=ALLOW)
     history: list[Message] = [{"role": "user", "content": "VPN?"}, {"role": "assistant", "content": "Which?"}]
     events = list(engine.stream("How do I install it?", history, principal=ALL))
@@ -152,7 +153,8 @@ def test_extracted_quotes_are_sanitised(docs: Path, write: Write, settings: Sett
                                         embedder: CountingEmbedder) -> None:
     write("it/vpn.md", VPN_DOC)
     service.sync([docs], settings, embedder=embedder)
-    engine = QueryEngine(Retriever(embedder, build_store(settings)), FakeLLMServer(lambda m: "").llm(), 2, 0.1,
+    engine = QueryEngine(Retriever(embedder, build_store(settings)), FakeLLMServer(lambda m: "").llm(),
+                         top_k=2, refusal_threshold=0.1,
                          mode="extract")
     answer = engine.ask("How do I import the company VPN profile?", principal=ALL)
     assert answer.mode == "extracted" and "evil.test/setup" not in answer.text and "https://" not in answer.text

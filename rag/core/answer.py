@@ -37,7 +37,7 @@ AnswerMode = Literal["auto", "generate", "extract"]
 CONDENSE_MAX_TOKENS = 96
 CONFIDENCE_SCALE = 0.05  # a best score 0.05 above the refusal threshold gives confidence 0.73, 0.1 above 0.88
 EXTRACTED_CONFIDENCE = 0.8  # a quoted answer is right from the documents but may not answer the question itself
-# Calibrated on the dev sets and hand-labelled answers (README, "Answers you can trust"):
+# Calibrated on the dev sets and hand-labelled answers (docs, "Answers you can trust"):
 RELEVANCE_MARGIN = 0.2  # excerpts more than this below the best one are neither sent to the model nor listed
 GIVE_UP_AFTER = 3  # unsupported sentences in a row, none shown yet: the draft is abandoned (quotes or refusal)
 MAX_SHOWN = 5  # the prompt asks for at most five sentences; a model that copies a whole excerpt is cut there
@@ -131,7 +131,7 @@ class _Draft:
 class QueryEngine:
     """Answers questions from the documents, refusing when retrieval finds nothing close enough."""
 
-    def __init__(self, retriever: Searcher, llm: ChatModel, top_k: int = 3, refusal_threshold: float = 0.0,
+    def __init__(self, retriever: Searcher, llm: ChatModel, *, top_k: int = 3, refusal_threshold: float = 0.0,
                  refusal_threshold_cjk: float | None = None, mode: AnswerMode = "auto",
                  encoder: Encoder | None = None, max_answer_tokens: int | None = None,
                  model_languages: frozenset[str] = frozenset({"en", "zh"}), links: LinkPolicy = STRICT) -> None:

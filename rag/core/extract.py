@@ -28,7 +28,7 @@ MIN_CHARS, LONG_CHARS, HEADING_WIDTH = 12, 400, 60
 # Chinese, uses the "zh" floor); off-topic questions are mostly refused by retrieval before this.
 MIN_SCORE = {"en": 0.3, "zh": 0.2}
 # When the model said the excerpts do not answer, or nothing it wrote held, a quote must be this sure to be shown
-# instead of "not in the documents" (calibrated on the tune halves of the dev sets and near-miss questions: README).
+# instead of "not in the documents" (calibrated on the tune halves of the dev sets and near-miss questions: docs).
 CONFIDENT_SCORE = {"en": 0.55, "zh": 0.4}
 HOW_BONUS = 0.15
 HEADING_PULL = 0.5  # sentences under a heading that asks the question rank up to 1.5 times higher

@@ -4,7 +4,7 @@ A sentence is supported when its content words align, in order, to one compact p
 (rag.core.alignment) closely enough, that place says the same about negation and quantity (not, most, only; 不, 大多数,
 只), and the sentence around it holds every number and every name or identifier the sentence states, exactly. Words
 the sentence shares with the question count only where the excerpt's place holds them too. The floors are
-calibrated on labelled sentences of the offline model (data/eval/support; README: precision and recall).
+calibrated on labelled sentences of the offline model (data/eval/support; docs: precision and recall).
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ _SENTENCE_END = re.compile(r"[.!?。！？]$")
 # Questions are translated when at least this share of the chunks the asker may see is in the other language.
 OTHER_LANGUAGE_SHARE = 0.05
 RRF_K = 60  # reciprocal-rank fusion of the two searches (the usual constant; scores of two questions don't compare)
-TRANSLATED_WEIGHT = 1.0  # the translated question's list against the question's own (tune halves, README)
+TRANSLATED_WEIGHT = 1.0  # the translated question's list against the question's own (tune halves, docs)
 
 
 class Reranker(Protocol):
@@ -78,7 +78,7 @@ class Fusion:
 
     `dense_weight` applies to questions without Chinese, `dense_weight_cjk` to all-Chinese ones (linear in
     between); the keyword margin (best coverage minus the fifth best) lowers it by `margin_pull` times itself.
-    Measured on the dev sets (README): this beats dense-only and keyword-only in both languages, where plain
+    Measured on the dev sets (docs): this beats dense-only and keyword-only in both languages, where plain
     fixed weights or reciprocal-rank fusion lost to the better side."""
 
     dense_weight: float = 0.8
@@ -227,7 +227,7 @@ class Retriever:
 
     def _found_in_own_language(self, question: str, hits: Sequence[Hit]) -> bool:
         # A passage in the asker's language that clears the threshold is what the asker reads best; the other
-        # copy of a translated document (or a near one) must not push it out of the top three (README).
+        # copy of a translated document (or a near one) must not push it out of the top three (docs).
         own, floor = question_language(question), self._floors.of(question)
         return any(hit.score >= floor and chunk_language(hit.text) == own for hit in hits)
 

@@ -1,7 +1,7 @@
 """Question translation by the LLM, for searching documents written in the other language (issue 28).
 
 A Chinese question over English documents (and the reverse) finds little by keywords and not much by meaning;
-searching once more with the question in the documents' language finds the passage (README, "Questions in the
+searching once more with the question in the documents' language finds the passage (docs, "Questions in the
 other language"). A translation that fails, or does not come back in the language asked for, is no translation:
 the search goes on with the question as asked.
 """

@@ -67,7 +67,7 @@ def llm_dtype(setting: str, flags: frozenset[str] | None = None) -> str:
 def eager(setting: str) -> bool:
     """Whether vLLM runs the model eagerly instead of compiling it with torch.compile first: `auto` is eager."""
     # The first compile of a fresh machine took 106 s of a 2-core CPU's start (54 s to start eager); the small
-    # offline model gives the time back slowly (python -m benchmarks.llm_start, README "Local LLM server").
+    # offline model gives the time back slowly (python -m benchmarks.llm_start, docs "Local LLM server").
     return setting != "compile"
 
 
