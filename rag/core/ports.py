@@ -24,7 +24,7 @@ Vectors = npt.NDArray[np.float32]
 
 
 class Embedder(Protocol):
-    """Turns text into normalized vectors: the torch embedder below, or rag.components.onnx_embedder's on CPUs."""
+    """Turns text into normalized vectors: rag.components.embedder's torch one, or rag.components.onnx_embedder's."""
 
     name: str
     batch_size: int
