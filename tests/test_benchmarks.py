@@ -36,6 +36,7 @@ QUICK_LLM = {
     "api_throughput": ["2 clients, 2 requests per pass", "direct to vLLM: "],
     "demo_start": ["running server: ingest "],
     "gpu_serving": ["| profile | rate (req/s) |", "| quick | 20 |", "| quick | ∞ |"],
+    "llm_expansion": ["3 questions over 3 documents", "today (passages only)  ", "HyDE: rrf(question, q+a) "],
     "llm_dtype": ["CPU bf16 flags: ", "running server               prefill "],
     "llm_start": ["weights' type: ", "running server prefill "],
     "query_path": ["query-path overhead ", "prefix cache: "],
