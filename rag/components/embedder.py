@@ -12,6 +12,7 @@ from rag.core.ports import Vectors
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
+
 class TorchEmbedder:
     """Wraps one SentenceTransformer (on a GPU, or on CPUs with RAG_EMBED_BACKEND=torch)."""
 

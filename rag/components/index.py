@@ -1,6 +1,6 @@
-"""The two indexes under the retriever, side by side: dense (Chroma) and keyword (BM25), each behind a small
-Protocol, and the writer that mirrors every change into both so that they always hold the same chunks. The keyword
-index is embedded (rag.components.keyword, SQLite beside the data dir) or shared by replicas in PostgreSQL
+"""The two indexes under the retriever, side by side: dense (Chroma) and keyword (BM25), each behind a Protocol of
+rag.core.ports, and the writer that mirrors every change into both so that they always hold the same chunks. The
+keyword index is embedded (rag.components.keyword, SQLite beside the data dir) or shared by replicas in PostgreSQL
 (rag.components.keyword_pg)."""
 
 from __future__ import annotations

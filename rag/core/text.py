@@ -21,6 +21,7 @@ _STOPWORDS_ZH = """的 了 是 在 和 与 或 我 你 他 她 它 们 这 那 �
 可以 什么 怎么 如何 为什么 哪 哪些 一个 有 没有 把 被 对 中 上 下 以 及 之 其 为 于"""
 STOPWORDS = frozenset(_STOPWORDS_EN.split()) | frozenset(_STOPWORDS_ZH.split())
 
+
 def has_cjk(text: str) -> bool:
     """Whether the text contains Chinese (Han) characters."""
     return _CJK.search(text) is not None
