@@ -27,7 +27,7 @@ from benchmarks.query_path import QUESTIONS
 from ingest import service
 from rag.config import Settings
 from rag.tools.evaluate import percentiles
-from rag.wiring import build_embedder, prefer_passive_threads
+from rag.wiring import App, build_embedder, prefer_passive_threads
 from tests.conftest import serving
 from tests.fake_llm import FakeLLMServer
 from ui.api.app import create_app
@@ -93,7 +93,7 @@ def run(chunks: int, idle_questions: int, before: int = 1000) -> dict[str, float
         service.sync([settings.documents_dir], settings, embedder=embedder)
         write_corpus(settings.documents_dir, chunks, first=before // CHUNKS_PER_FILE)
         llm = FakeLLMServer(quote_first_excerpt).llm()
-        with serving(create_app(settings, build_services(settings, embedder=embedder, llm=llm))) as url:
+        with serving(create_app(settings, build_services(App(settings, embedder=embedder, llm=llm)))) as url:
             idle, during, report, seconds = asyncio.run(_measure(url, idle_questions))
     figures = _figures(idle, during, report, seconds)
     print(f"ingest through POST /v1/sync: {report.get('chunks')} chunks in {seconds:.0f} s; "

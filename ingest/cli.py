@@ -19,9 +19,9 @@ from ingest.pipeline import Plan, Report
 from ingest.reembed import reembed as reembed_collection
 from ingest.terminal import plain
 from ingest.watch import Stopped, Watcher
-from rag.config import Settings, load_settings
+from rag.config import Settings
 from rag.core.errors import RagError
-from rag.wiring import hold_embedded_store
+from rag.wiring import App, hold_embedded_store
 
 
 class BarProgress:
@@ -91,20 +91,23 @@ def _plan_json(plan: Plan) -> dict[str, object]:
               "switch when complete (then sync PATHS, if given).")
 @click.option("--watch", is_flag=True, help="Sync, then keep syncing the folders PATHS as files change, until "
               "SIGTERM or Ctrl-C (RAG_WATCH_DEBOUNCE_MS of quiet first).")
-def main(paths: tuple[Path, ...], dry_run: bool, as_json: bool, no_prune: bool, reembed: bool, watch: bool) -> None:
+@click.pass_context
+def main(ctx: click.Context, paths: tuple[Path, ...], dry_run: bool, as_json: bool, no_prune: bool, reembed: bool,
+         watch: bool) -> None:
     """Ingest PDF, Markdown, TXT, HTML and DOCX files under PATHS into the vector store."""
     if not paths and not reembed:
         raise click.UsageError("give the folders or files to ingest (or --reembed)")
     if watch:
         _check_watch(paths, dry_run or as_json or reembed)
     console = Console(stderr=as_json)
+    app = ctx.ensure_object(App)  # built from RAG_* on first use (a test may pass its own: `obj=`)
     with ExitStack() as held:
         try:
-            settings = load_settings()
+            settings = app.settings
             if not dry_run:  # a server must not open the embedded store while this process writes it
                 held.enter_context(hold_embedded_store(settings, _what(paths, reembed, watch)))
             if watch:
-                sys.exit(_watch(Watcher(paths, settings, console, prune=not no_prune)))
+                sys.exit(_watch(Watcher(paths, app, console, prune=not no_prune)))
             report = _run(paths, settings, console, as_json, dry_run=dry_run, prune=not no_prune, reembed=reembed)
         except RagError as exc:
             Console(stderr=True).print(f"[red]error:[/red] {plain(exc)}", highlight=False, soft_wrap=True)

@@ -21,11 +21,9 @@ from ingest.parse import SIDECAR_SUFFIX, is_supported
 from ingest.pipeline import NoProgress, Plan, Progress, Report
 from ingest.scan import is_temporary
 from ingest.terminal import plain
-from rag.components.index import Index
-from rag.config import Settings
 from rag.core.errors import IngestBusy, RagError
 from rag.core.ports import Embedder
-from rag.wiring import build_embedder, build_store
+from rag.wiring import App
 
 LOCK_POLL_S = 1.0  # how long one try for the ingest lock lasts; a short hold (an API upload) passes unannounced
 LISTED = 20  # files named per kind of change after a sync
@@ -96,12 +94,11 @@ class _StopCheck(NoProgress):
 class Watcher:
     """Syncs `paths` now and again after every settled burst of changes until stopped."""
 
-    def __init__(self, paths: Sequence[Path], settings: Settings, console: Console, *, prune: bool = True) -> None:
-        self.paths, self.settings, self.console, self.prune = list(paths), settings, console, prune
+    def __init__(self, paths: Sequence[Path], app: App, console: Console, *, prune: bool = True) -> None:
+        self.paths, self.app, self.console, self.prune = list(paths), app, console, prune
+        self.settings = app.settings
         self.stop = threading.Event()
         self.what = " ".join(["rag-ingest --watch", *map(str, paths)])
-        self._embedder: Embedder | None = None
-        self._store: Index | None = None
         self._failed: dict[str, str] = {}
         self._chunks: int | None = None
         self._on_ready: Callable[[], None] = _nothing
@@ -129,7 +126,7 @@ class Watcher:
             self._check_folders()  # the scan of a vanished root would find nothing; it must not sync that
             progress = _Both(progress, _StopCheck(self.stop)) if progress else _StopCheck(self.stop)
             plan, report = service.sync(self.paths, self.settings, prune=self.prune, progress=progress,
-                                        embedder=self._loaded_embedder(), store=self._opened_store(), locked=True)
+                                        embedder=self._loaded_embedder(), store=self.app.store, locked=True)
         self._failed = dict(report.failed)
         self._chunks = report.chunks
         return plan, report
@@ -222,14 +219,9 @@ class Watcher:
     def _loaded_embedder(self) -> Embedder | None:
         """The embedder, loaded once, the first time a sync has files to embed (a folder with nothing new starts
         watching without loading the model)."""
-        if self._embedder is None and service.dry_run(self.paths, self.settings, prune=self.prune).tasks:
-            self._embedder = build_embedder(self.settings)
-        return self._embedder
-
-    def _opened_store(self) -> Index:
-        if self._store is None:
-            self._store = build_store(self.settings)
-        return self._store
+        if self.app.embedder_loaded or service.dry_run(self.paths, self.settings, prune=self.prune).tasks:
+            return self.app.embedder
+        return None
 
     def _check_folders(self) -> None:
         for path in self.paths:

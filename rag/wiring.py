@@ -25,10 +25,10 @@ from rag.components.paired_embedder import PAIR_SEPARATOR, PairedEmbedder, pair_
 from rag.components.rerank import CrossEncoderReranker
 from rag.components.store import ChromaStore
 from rag.components.unanswered import UnansweredStore
-from rag.config import Settings
+from rag.config import Settings, load_settings
 from rag.core.answer import QueryEngine
 from rag.core.errors import ConfigError, StoreInUse, StoreUnavailable
-from rag.core.ports import ChatModel, Embedder, KeywordStore, sentence_encoder
+from rag.core.ports import ChatModel, Embedder, KeywordStore, Searcher, sentence_encoder
 from rag.core.retrieve import Floors, Fusion, Retriever
 from rag.core.sanitize import LinkPolicy
 from rag.core.translate import LLMTranslator
@@ -297,3 +297,72 @@ def _feedback_engine(settings: Settings) -> sa.Engine:
         return sa.create_engine(url, pool_pre_ping=True)
     except (sa.exc.ArgumentError, ImportError) as exc:
         raise ConfigError(f"RAG_FEEDBACK_DB_URL is not a usable database URL: {exc}") from exc
+
+
+class App:
+    """One process's concrete parts, built from Settings on first use and then shared: the CLI (click's ctx.obj),
+    `rag serve`, watch, re-embed and the LangChain retriever all take theirs from here. Nothing loads until asked
+    for (`rag search` never loads the feedback store; a sync with nothing new never loads the embedder); parts
+    passed in (a test's fakes, a server's already-loaded model) are used as they are."""
+
+    def __init__(self, settings: Settings | None = None, *, embedder: Embedder | None = None,
+                 llm: ChatModel | None = None, store: Index | None = None) -> None:
+        self._settings, self._embedder, self._llm, self._store = settings, embedder, llm, store
+        self._engine: QueryEngine | None = None
+
+    @property
+    def settings(self) -> Settings:
+        """The settings given, else RAG_* from the environment (read once; ConfigError names a bad variable)."""
+        if self._settings is None:
+            self._settings = load_settings()
+        return self._settings
+
+    @property
+    def embedder(self) -> Embedder:
+        """The embedding model (RAG_EMBED_MODEL), loaded on first use."""
+        if self._embedder is None:
+            self._embedder = build_embedder(self.settings)
+        return self._embedder
+
+    @property
+    def embedder_loaded(self) -> bool:
+        """Whether the embedding model is loaded already."""
+        return self._embedder is not None
+
+    @property
+    def llm(self) -> ChatModel:
+        """The chat model client (RAG_LLM_BASE_URL)."""
+        if self._llm is None:
+            self._llm = build_llm(self.settings)
+        return self._llm
+
+    @property
+    def store(self) -> Index:
+        """The configured collection and its keyword index."""
+        if self._store is None:
+            self._store = build_store(self.settings)
+        return self._store
+
+    @property
+    def engine(self) -> QueryEngine:
+        """The query path: hybrid retrieval (with translation) and the checked answer."""
+        if self._engine is None:
+            self._engine = build_engine(self.settings, self.embedder, self.store, self.llm)
+        return self._engine
+
+    @property
+    def retriever(self) -> Searcher:
+        """The engine's retriever: searching as the answers do."""
+        return self.engine.retriever
+
+    def feedback(self) -> FeedbackStore:
+        """A feedback store on RAG_FEEDBACK_DB_URL."""
+        return build_feedback_store(self.settings)
+
+    def unanswered(self) -> UnansweredStore | None:
+        """The store of refused and escalated questions; None when RAG_RECORD_UNANSWERED is off."""
+        return build_unanswered_store(self.settings) if self.settings.record_unanswered else None
+
+    def with_settings(self, **changes: object) -> App:
+        """Another app on these settings with some changed (nothing loaded is shared)."""
+        return App(self.settings.model_copy(update=changes))

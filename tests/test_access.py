@@ -19,7 +19,7 @@ from ingest import service
 from rag.config import Settings
 from rag.core.access import ANONYMOUS, LOCAL_OPERATOR, DocAccess, Principal
 from rag.core.retrieve import overfetch_for
-from rag.wiring import build_retriever, build_store
+from rag.wiring import App, build_retriever, build_store
 from tests.conftest import REPO, STORE_MODES, CountingEmbedder, start_chroma
 from tests.fake_llm import FakeLLMServer
 from ui.api.app import create_app
@@ -67,7 +67,7 @@ def client(docs: Path, write: Write, settings: Settings, embedder: CountingEmbed
                                         "refusal_threshold": 0.0})
     service.sync([docs], local, embedder=embedder)
     llm = FakeLLMServer(lambda _: "The retention bonus pool for 2027 is 7,340,000 kroner [1].").llm()
-    with TestClient(create_app(local, build_services(local, embedder=embedder, llm=llm))) as test_client:
+    with TestClient(create_app(local, build_services(App(local, embedder=embedder, llm=llm)))) as test_client:
         yield test_client
 
 
@@ -190,7 +190,7 @@ def test_chroma_failures_are_503_store_unavailable(tmp_path: Path, settings: Set
     docs.mkdir(parents=True)
     (docs / "hours.md").write_text("# Office hours\nThe office opens at 8:00.\n")
     service.sync([docs], local, embedder=embedder)
-    services = build_services(local, embedder=embedder, llm=FakeLLMServer(lambda _: "x").llm())
+    services = build_services(App(local, embedder=embedder, llm=FakeLLMServer(lambda _: "x").llm()))
     chroma.process.kill()
     chroma.process.wait(timeout=30)
     headers = {"Authorization": f"Bearer {KEYS['admin']}"}
@@ -238,7 +238,7 @@ def test_scores_a_reader_gets_do_not_tell_whether_a_word_exists_in_hidden_docume
 
     def scores() -> dict[str, float]:
         service.sync([docs], local, embedder=embedder)
-        with TestClient(create_app(local, build_services(local, embedder=embedder, llm=llm))) as client:
+        with TestClient(create_app(local, build_services(App(local, embedder=embedder, llm=llm)))) as client:
             body = client.post("/v1/ask", json=question, headers={"Authorization": f"Bearer {KEYS['eng']}"}).json()
         return {source["source"]: source["score"] for source in body["sources"]}
 

@@ -14,6 +14,7 @@ import pytest
 
 from ingest import service
 from rag.config import Settings
+from rag.wiring import App
 from tests.conftest import REPO, ChromaServer, free_port, serving
 from tests.test_access import KEYS, QUESTIONS, leaks, write_corpus
 from ui.api.app import create_app
@@ -31,7 +32,7 @@ def api(tmp_path_factory: pytest.TempPathFactory, llm_settings: Settings, real_e
     keys = f"{KEYS['eng']}:eng,{KEYS['hr']}:hr"
     settings = llm_settings.model_copy(update={"data_dir": data, "docs_dir": data / "docs", "api_keys": keys})
     service.sync([data / "docs"], settings, embedder=real_embedder)  # type: ignore[arg-type]
-    app = create_app(settings, build_services(settings, embedder=real_embedder))  # type: ignore[arg-type]
+    app = create_app(settings, build_services(App(settings, embedder=real_embedder)))  # type: ignore[arg-type]
     with serving(app) as url:
         yield url
 

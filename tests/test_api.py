@@ -17,7 +17,7 @@ from ingest import service
 from rag.config import Settings
 from rag.core.errors import Busy, ConfigError
 from rag.core.prompt import REFUSAL
-from rag.wiring import build_llm
+from rag.wiring import App, build_llm
 from tests.conftest import CountingEmbedder
 from tests.docs_factory import pdf_bytes
 from tests.fake_llm import FakeLLMServer
@@ -45,7 +45,7 @@ def make_client(settings: Settings, embedder: CountingEmbedder) -> Iterator[Make
         service.sync([local.documents_dir], local, embedder=embedder)
         llm = build_llm(local.model_copy(update={"llm_base_url": llm_url})) if llm_url else \
             FakeLLMServer(lambda _: reply).llm()
-        client = TestClient(create_app(local, build_services(local, embedder=embedder, llm=llm)), headers=ADMIN)
+        client = TestClient(create_app(local, build_services(App(local, embedder=embedder, llm=llm))), headers=ADMIN)
         clients.append(client)
         return client
 

@@ -12,6 +12,7 @@ import pytest
 from openai import OpenAI
 
 from rag.config import Settings
+from rag.wiring import App
 from tests.conftest import SAMPLES, free_port, serving
 from tests.docs_factory import pdf_bytes
 from tests.tcp_proxy import TcpProxy
@@ -42,7 +43,7 @@ def api(tmp_path_factory: pytest.TempPathFactory, llm_settings: Settings, real_e
 
     service.sync([SAMPLES], settings, embedder=real_embedder)  # type: ignore[arg-type]
     uploads = settings.model_copy(update={"docs_dir": data / "uploads"})
-    app = create_app(uploads, build_services(uploads, embedder=real_embedder))  # type: ignore[arg-type]
+    app = create_app(uploads, build_services(App(uploads, embedder=real_embedder)))  # type: ignore[arg-type]
     with serving(app) as url:
         yield url
 

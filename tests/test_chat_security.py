@@ -31,6 +31,7 @@ from websockets.sync.client import connect as ws_connect
 
 from rag.config import Settings
 from rag.core.errors import ConfigError
+from rag.wiring import App
 from tests.conftest import serving
 from tests.fake_llm import FakeLLMServer
 from ui.chat import state
@@ -73,7 +74,7 @@ def chat(tmp_path_factory: pytest.TempPathFactory, real_embedder: object) -> Ite
                         ui_users=_users_spec(PASSWORDS), ui_auth_secret=SECRET, session_hours=SESSION_HOURS,
                         login_max_failures=MAX_FAILURES, login_window_s=60, cors_origins=PORTAL, trusted_hosts="",
                         _env_file=None)
-    services = build_services(settings, embedder=real_embedder, llm=FakeLLMServer(lambda _: "x").llm())  # type: ignore[arg-type]
+    services = build_services(App(settings, embedder=real_embedder, llm=FakeLLMServer(lambda _: "x").llm()))  # type: ignore[arg-type]
     app = create_server(settings, services)
     context = state.current()
     with serving(app) as url:

@@ -33,6 +33,7 @@ from ingest import service
 from rag.config import Settings
 from rag.core.access import Principal
 from rag.core.ports import Embedder
+from rag.wiring import App
 from tests.fake_llm import FakeLLMServer
 from ui.chat import state, uploads
 from ui.chat.guard import ChatGuard
@@ -77,7 +78,7 @@ def chat(settings: Settings, real_embedder: Embedder, monkeypatch: pytest.Monkey
     local.documents_dir.mkdir(parents=True)
     (local.documents_dir / "leave.md").write_text("# Leave\n\nStaff get 25 days of annual leave per year.\n")
     service.sync([local.documents_dir], local, embedder=real_embedder)
-    services = build_services(local, embedder=real_embedder, llm=FakeLLMServer(lambda _: ANSWER).llm())
+    services = build_services(App(local, embedder=real_embedder, llm=FakeLLMServer(lambda _: ANSWER).llm()))
     users = parse_users(f"root:{hash_password('r', 1000)}:*:admin,alice:{hash_password('a', 1000)}:staff,"
                         f"hana:{hash_password('h', 1000)}:hr:admin")
     state.install(state.ChatContext(local, lambda: services, users))

@@ -29,6 +29,7 @@ from reportlab.pdfgen import canvas
 
 from ingest import service
 from rag.config import Settings
+from rag.wiring import App
 from tests.conftest import serving
 from tests.fake_llm import FakeLLMServer
 from ui.chat import state
@@ -105,7 +106,7 @@ def served(tmp_path_factory: pytest.TempPathFactory, real_embedder: object) -> I
     (docs / "gone.pdf").unlink()
     (docs / "escape.pdf").unlink()
     (docs / "escape.pdf").symlink_to(outside / "secret.pdf")  # a symlink out of the root, after its ingest
-    services = build_services(settings, embedder=real_embedder, llm=FakeLLMServer(lambda _: "x").llm())  # type: ignore[arg-type]
+    services = build_services(App(settings, embedder=real_embedder, llm=FakeLLMServer(lambda _: "x").llm()))  # type: ignore[arg-type]
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("ui.chat.mount.mount_chat", _mount_context_only)
         app = create_server(settings, services)

@@ -22,6 +22,7 @@ from rag.config import Settings
 from rag.core.access import Principal
 from rag.core.gaps import Asked, find_gaps, keywords, parse_since, since_iso, without_repeats
 from rag.core.ports import Embedder
+from rag.wiring import App
 from tests.conftest import CountingEmbedder
 from tests.fake_llm import FakeLLMServer
 from ui.api.app import create_app
@@ -138,7 +139,7 @@ def make_client(settings: Settings, embedder: CountingEmbedder) -> Iterator[Make
         local.documents_dir.mkdir(parents=True, exist_ok=True)
         (local.documents_dir / "leave.md").write_text("# Leave\nStaff get 25 days of annual leave per year.\n")
         service.sync([local.documents_dir], local, embedder=embedder)
-        services = build_services(local, embedder=embedder, llm=FakeLLMServer(lambda _: reply).llm())
+        services = build_services(App(local, embedder=embedder, llm=FakeLLMServer(lambda _: reply).llm()))
         client = TestClient(create_app(local, services), headers=ADMIN)
         clients.append(client)
         return client

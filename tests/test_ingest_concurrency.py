@@ -21,7 +21,7 @@ import pytest
 
 from ingest import files, service
 from rag.config import Settings
-from rag.wiring import build_store
+from rag.wiring import App, build_store
 from tests.conftest import CountingEmbedder, serving
 from tests.docs_factory import pdf_bytes
 from tests.fake_llm import FakeLLMServer
@@ -75,7 +75,7 @@ def local(settings: Settings, embedder: CountingEmbedder) -> Settings:
 
 def _server(local: Settings, embedder: CountingEmbedder) -> AbstractContextManager[str]:
     llm = FakeLLMServer(lambda _: "Staff get 25 days of annual leave [1].").llm()
-    return serving(create_app(local, build_services(local, embedder=embedder, llm=llm)))
+    return serving(create_app(local, build_services(App(local, embedder=embedder, llm=llm))))
 
 
 def test_a_busy_ingest_is_refused_with_what_runs_and_answers_keep_coming(
@@ -167,7 +167,7 @@ def test_cli_refuses_a_busy_ingest_and_a_store_a_server_holds(local: Settings, c
 
 
 def test_ingest_threads_run_at_a_lower_cpu_priority(local: Settings, embedder: CountingEmbedder) -> None:
-    services = build_services(local, embedder=embedder, llm=FakeLLMServer(lambda _: "").llm())
+    services = build_services(App(local, embedder=embedder, llm=FakeLLMServer(lambda _: "").llm()))
 
     def priority() -> int:
         return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())

@@ -14,6 +14,7 @@ import pytest
 
 from ingest import service
 from rag.config import Settings
+from rag.wiring import App
 from tests.conftest import serving
 from tests.injection_corpus import CASES, Case, Sink, planted, sink_server, write_corpus
 from ui.api.app import create_app
@@ -44,7 +45,7 @@ def corpus_settings(tmp_path_factory: pytest.TempPathFactory, llm_settings: Sett
 
 def _api(settings: Settings, embedder: object) -> AbstractContextManager[str]:
     """The API over the corpus' index, served on a free port."""
-    return serving(create_app(settings, build_services(settings, embedder=embedder)))  # type: ignore[arg-type]
+    return serving(create_app(settings, build_services(App(settings, embedder=embedder))))  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")

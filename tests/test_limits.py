@@ -18,6 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ingest import service
 from rag.config import Settings
+from rag.wiring import App
 from tests.conftest import CountingEmbedder, serving
 from tests.fake_llm import FakeLLMServer
 from ui.api.app import create_app
@@ -74,7 +75,7 @@ def live(settings: Settings, embedder: CountingEmbedder) -> Iterator[Live]:
     (local.documents_dir / "leave.md").write_text("# Leave\nStaff get 25 days of annual leave per year.\n")
     service.sync([local.documents_dir], local, embedder=embedder)
     llm = FakeLLMServer(lambda _: "Staff get 25 days of annual leave [1].").llm()
-    counting = Counting(create_app(local, build_services(local, embedder=embedder, llm=llm)))
+    counting = Counting(create_app(local, build_services(App(local, embedder=embedder, llm=llm))))
     with serving(counting) as url:
         yield Live(url, counting, local)
 
@@ -227,7 +228,7 @@ def test_every_text_field_has_a_length_cap(live: Live) -> None:
 
 def test_a_small_body_cap_setting_applies(settings: Settings, embedder: CountingEmbedder) -> None:
     local = settings.model_copy(update={"max_body_kb": 16})
-    with serving(create_app(local, build_services(local, embedder=embedder))) as url:
+    with serving(create_app(local, build_services(App(local, embedder=embedder)))) as url:
         reply = httpx.post(f"{url}/v1/ask", json={"question": "q" * 4000, "history": [
             {"role": "user", "content": "x" * 8000}, {"role": "assistant", "content": "y" * 8000}]})
     assert reply.status_code == 413 and "16 KiB (RAG_MAX_BODY_KB)" in reply.json()["error"]["message"]

@@ -18,7 +18,7 @@ from rag.config import Settings
 from rag.core.access import LOCAL_OPERATOR
 from rag.core.errors import ConfigError
 from rag.core.ports import Embedder, Vectors
-from rag.wiring import build_chroma_client, build_retriever, build_store, collection_name
+from rag.wiring import App, build_chroma_client, build_retriever, build_store, collection_name
 from tests.conftest import CountingEmbedder
 from tests.test_cli import BIN
 
@@ -143,7 +143,7 @@ def test_a_running_server_follows_a_same_model_reembed_so_relabels_reach_it(
         write(name, text)
     service.sync([docs], settings, embedder=real_embedder)
     llm = FakeLLMServer(lambda _: "Install the company certificate before the first connection [1].").llm()
-    services = build_services(settings, embedder=real_embedder, llm=llm)
+    services = build_services(App(settings, embedder=real_embedder, llm=llm))
     question = {"question": "What does the VPN client need before the first connection?"}
     with TestClient(create_app(settings, services)) as client:
         assert "vpn.md" in client.post("/v1/ask", json=question).text

@@ -29,7 +29,7 @@ from ingest import service
 from rag.config import Settings, load_settings
 from rag.core.errors import ConfigError, StoreUnavailable
 from rag.tools.llm_server import vllm_command, vllm_environment
-from rag.wiring import build_store
+from rag.wiring import App, build_store
 from tests.conftest import ChromaServer, CountingEmbedder, free_port, serving
 from tests.fake_llm import FakeLLMServer
 from ui.api.app import create_app
@@ -53,7 +53,8 @@ def make_client(settings: Settings, embedder: CountingEmbedder) -> Iterator[Make
         (local.documents_dir / "leave.md").write_text("# Leave\nStaff get 25 days of annual leave per year.\n")
         service.sync([local.documents_dir], local, embedder=embedder)
         llm = FakeLLMServer(lambda _: "Staff get 25 days of annual leave [1].").llm()
-        client = TestClient(create_app(local, build_services(local, embedder=embedder, llm=llm)), base_url=base_url)
+        services = build_services(App(local, embedder=embedder, llm=llm))
+        client = TestClient(create_app(local, services), base_url=base_url)
         clients.append(client)
         return client
 

@@ -25,6 +25,7 @@ from openai import OpenAI
 from ingest import service
 from rag.components.llm import LLM
 from rag.config import Settings
+from rag.wiring import App
 from tests.conftest import SAMPLES, CountingEmbedder, serving
 from ui.api.app import create_app
 from ui.serving.services import Services, build_services
@@ -105,7 +106,7 @@ def _services(settings: Settings, embedder: CountingEmbedder, llm: SlowLLM, **ch
     local.documents_dir.mkdir(parents=True, exist_ok=True)
     (local.documents_dir / "leave.md").write_text("# Leave\nStaff get 25 days of annual leave per year.\n")
     service.sync([local.documents_dir], local, embedder=embedder)
-    return build_services(local, embedder=embedder, llm=llm.llm())
+    return build_services(App(local, embedder=embedder, llm=llm.llm()))
 
 
 @pytest.fixture
@@ -229,7 +230,7 @@ def test_real_vllm_aborts_the_generation_when_the_client_goes(llm_settings: Sett
     settings = llm_settings.model_copy(update={"data_dir": tmp_path / "data", "max_answer_tokens": 2500,
                                                "answer_mode": "generate"})  # no early stop on a withheld sentence
     service.sync([docs], settings, embedder=real_embedder)  # type: ignore[arg-type]
-    services = build_services(settings, embedder=real_embedder, llm=_NoEos.build(settings))  # type: ignore[arg-type]
+    services = build_services(App(settings, embedder=real_embedder, llm=_NoEos.build(settings)))  # type: ignore[arg-type]
     metrics = settings.llm_base_url.removesuffix("/v1") + "/metrics"
     assert _wait(lambda: _metric(metrics) == 0, 120), "vLLM is busy with other requests"
     question = "How do I create a Python virtual environment?"  # one the model answers: a refusal ends the draft

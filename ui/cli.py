@@ -16,22 +16,15 @@ from rich.console import Console
 from rich.table import Table
 
 from ingest.terminal import plain
-from rag.config import Settings, is_loopback, load_settings
+from rag.config import Settings, is_loopback
 from rag.core.access import LOCAL_OPERATOR, Principal, parse_grant
 from rag.core.answer import Answer, Done, QueryEngine, Token
 from rag.core.retrieve import Retriever
 from rag.core.sanitize import printable
 from rag.core.types import Hit
 from rag.tools.evaluate import Case, answer_record, evaluate, evaluate_answers, load_cases
-from rag.wiring import (
-    build_engine,
-    build_feedback_store,
-    build_llm,
-    build_retriever,
-    hold_embedded_store,
-    prefer_passive_threads,
-)
-from ui.cli_base import EXIT_USAGE, err, errors, fail
+from rag.wiring import App, hold_embedded_store, prefer_passive_threads
+from ui.cli_base import EXIT_USAGE, err, errors, fail, pass_app
 from ui.cli_gaps import gaps
 from ui.cli_llm import llm
 
@@ -65,12 +58,12 @@ AS_HELP = "Answer as a reader holding these groups (`hr|finance`, \"\" for none)
 @click.option("-k", "k", type=click.IntRange(1, 100), default=None, help="How many chunks (default RAG_TOP_K).")
 @click.option("--json", "as_json", is_flag=True, help="Print the hits as JSON.")
 @click.option("--as", "groups", default=None, metavar="GROUPS", help=AS_HELP)
-def search(question: str, k: int | None, as_json: bool, groups: str | None) -> None:
+@pass_app
+def search(app: App, question: str, k: int | None, as_json: bool, groups: str | None) -> None:
     """Print the chunks closest to QUESTION (source, page, score, text)."""
     with errors():
-        settings = load_settings()
-        retriever = build_retriever(settings, llm=build_llm(settings))  # as the answers search: with translation
-        hits = retriever.search(question, k or settings.top_k, _principal(groups))
+        # As the answers search: with translation.
+        hits = app.retriever.search(question, k or app.settings.top_k, _principal(groups))
     if as_json:
         print(json.dumps({"hits": [_hit_json(hit) for hit in hits]}, ensure_ascii=False))
     else:
@@ -82,11 +75,12 @@ def search(question: str, k: int | None, as_json: bool, groups: str | None) -> N
 @click.option("-k", "k", type=click.IntRange(1, 20), default=None, help="Excerpts given to the LLM (RAG_TOP_K).")
 @click.option("--json", "as_json", is_flag=True, help="Last line of stdout: the answer, sources, timings, usage.")
 @click.option("--as", "groups", default=None, metavar="GROUPS", help=AS_HELP)
-def ask(question: str, k: int | None, as_json: bool, groups: str | None) -> None:
+@pass_app
+def ask(app: App, question: str, k: int | None, as_json: bool, groups: str | None) -> None:
     """Answer QUESTION from the documents, streaming, with numbered sources."""
     with errors():
         principal = _principal(groups)
-        engine = build_engine(load_settings())
+        engine = app.engine
         # With --json the stream goes to stderr so that stdout ends with exactly one JSON line.
         write: Callable[[str], object] = sys.stderr.write if as_json else sys.stdout.write
         answer = _stream(engine.stream(question, top_k=k, principal=principal), write)
@@ -144,15 +138,16 @@ def _print_sources(answer: Answer) -> None:
 @click.option("--parallel", type=click.IntRange(1, 16), default=1, show_default=True,
               help="With --answers: questions in flight at once.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
-def eval_command(cases_file: Path, k: int, mode: str | None, answers: bool, split: str | None, dump: Path | None,
-                 parallel: int, as_json: bool) -> None:
+@pass_app
+def eval_command(app: App, cases_file: Path, k: int, mode: str | None, answers: bool, split: str | None,
+                 dump: Path | None, parallel: int, as_json: bool) -> None:
     """Measure retrieval on CASES_FILE (JSONL: question, expected_source|expected_text, answerable)."""
     with errors():
-        settings = load_settings()
         if mode:
-            settings = settings.model_copy(update={"retrieval_mode": mode})
+            app = app.with_settings(retrieval_mode=mode)
+        settings = app.settings
         cases = load_cases(cases_file, split)
-        engine = build_engine(settings)
+        engine = app.engine
         retriever = engine.retriever
         retriever.warm()  # latency percentiles measure questions, not the one-off index build
         report = evaluate(cases, lambda question, k: retriever.search(question, k, LOCAL_OPERATOR),
@@ -208,7 +203,8 @@ INSECURE_HELP = ("Serve on a network address even without API keys or chat sign-
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535), help="TCP port.")
 @click.option("--no-chat", is_flag=True, help="Serve the API only, without the chat UI at /chat.")
 @click.option(INSECURE_FLAG, "insecure", is_flag=True, help=INSECURE_HELP)
-def serve(host: str, port: int, no_chat: bool, insecure: bool) -> None:
+@pass_app
+def serve(app: App, host: str, port: int, no_chat: bool, insecure: bool) -> None:
     """Serve the chat UI at /chat and the HTTP API (ask, OpenAI-compatible chat, documents; docs at /docs)."""
     import uvicorn
 
@@ -217,7 +213,7 @@ def serve(host: str, port: int, no_chat: bool, insecure: bool) -> None:
 
     with ExitStack() as held:
         with errors():
-            settings = settings_for_bind(load_settings(), host)
+            settings = settings_for_bind(app.settings, host)
             doors = [] if is_loopback(host) else open_doors(settings, chat=not no_chat)
             if doors and not insecure:
                 fail(f"refusing to serve on {host}, reachable from the network: {'; '.join(doors)}. Set "
@@ -225,13 +221,13 @@ def serve(host: str, port: int, no_chat: bool, insecure: bool) -> None:
                       f"RAG_UI_USERS), or serve on 127.0.0.1, or pass {INSECURE_FLAG} to serve it open anyway.",
                       EXIT_USAGE)
             held.enter_context(hold_embedded_store(settings, f"rag serve on {host}:{port}"))
-            app = create_server(settings, chat=not no_chat)
+            server = create_server(settings, chat=not no_chat)
         if doors:
             err.print(f"[bold red]WARNING ({INSECURE_FLAG}): anyone who reaches {host} port {port} can use this "
                       f"server: {'; '.join(doors)}.[/bold red]")
         _banner(settings, host, port, chat=not no_chat)
         # The chat's socket library refuses messages over 1 MB; uvicorn would otherwise read up to 16 MiB first.
-        uvicorn.run(app, host=host, port=port, log_level="info", ws_max_size=WS_MAX_BYTES)
+        uvicorn.run(server, host=host, port=port, log_level="info", ws_max_size=WS_MAX_BYTES)
 
 
 def _banner(settings: Settings, host: str, port: int, chat: bool) -> None:
@@ -265,10 +261,11 @@ def hash_password_command(password: str) -> None:
 @main.command()
 @click.option("-n", "limit", type=click.IntRange(1, 10_000), default=20, show_default=True, help="How many.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
-def feedback(limit: int, as_json: bool) -> None:
+@pass_app
+def feedback(app: App, limit: int, as_json: bool) -> None:
     """List the newest 👍/👎 ratings with their question, answer and comment."""
     with errors():
-        ratings = build_feedback_store(load_settings()).recent(limit)
+        ratings = app.feedback().recent(limit)
     if as_json:
         for rating in ratings:
             print(json.dumps(dataclasses.asdict(rating), ensure_ascii=False))

@@ -11,10 +11,10 @@ from rich.table import Table
 
 from ingest.terminal import plain
 from rag.components.unanswered import load_asked
-from rag.config import load_settings
 from rag.core.errors import RagError
 from rag.core.gaps import GapReport, find_gaps, parse_since, since_iso
-from rag.wiring import build_embedder, build_feedback_store, build_unanswered_store
+from rag.wiring import App
+from ui.cli_base import pass_app
 
 
 class Since(click.ParamType[datetime | None]):
@@ -37,11 +37,12 @@ class Since(click.ParamType[datetime | None]):
 @click.option("--min-count", type=click.IntRange(1), default=1, show_default=True,
               help="Leave out topics asked fewer times.")
 @click.option("--json", "as_json", is_flag=True, help="The report as one JSON object, for tools.")
-def gaps(since: datetime | None, min_count: int, as_json: bool) -> None:
+@pass_app
+def gaps(app: App, since: datetime | None, min_count: int, as_json: bool) -> None:
     """Topics the documents fail to answer: refused, escalated and 👎-rated questions grouped by meaning, largest
     first, with counts, reasons and examples — what to write next."""
     try:
-        report = _report(since, min_count)
+        report = _report(app, since, min_count)
     except RagError as exc:
         raise click.ClickException(str(exc)) from exc
     if as_json:
@@ -53,15 +54,13 @@ def gaps(since: datetime | None, min_count: int, as_json: bool) -> None:
                + ", ".join(f"{n} {reason.replace('_', '-')}" for reason, n in report.reasons.items()) + hidden)
 
 
-def _report(since: datetime | None, min_count: int) -> GapReport:
+def _report(app: App, since: datetime | None, min_count: int) -> GapReport:
     """The report as the local operator sees it: every question, whatever document it came closest to."""
-    settings = load_settings()
-    unanswered = build_unanswered_store(settings) if settings.record_unanswered else None
     created_after = since_iso(since)
-    asked = load_asked(unanswered, build_feedback_store(settings), created_after)
+    asked = load_asked(app.unanswered(), app.feedback(), created_after)
     if not asked:  # no model to load for an empty report
         return GapReport(created_after, 0, {}, [])
-    return find_gaps(asked, build_embedder(settings), created_after, min_count)
+    return find_gaps(asked, app.embedder, created_after, min_count)
 
 
 def gaps_table(report: GapReport) -> Table:

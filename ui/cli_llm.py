@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 import click
 
-from rag.config import Settings, load_settings
+from rag.config import Settings
 from rag.tools.llm_server import (
     Pollable,
     RecordedProcess,
@@ -28,7 +28,8 @@ from rag.tools.llm_server import (
     wait_until_healthy,
     write_record,
 )
-from ui.cli_base import EXIT_LLM, EXIT_USAGE, err, errors, fail
+from rag.wiring import App
+from ui.cli_base import EXIT_LLM, EXIT_USAGE, err, errors, fail, pass_app
 
 
 @click.command()
@@ -39,12 +40,13 @@ from ui.cli_base import EXIT_LLM, EXIT_USAGE, err, errors, fail
               help="Show the server at RAG_LLM_BASE_URL: state, pid, model, port, log (exit 3 unless healthy).")
 @click.option("--stop", is_flag=True, help="Stop the server `rag llm` started at RAG_LLM_BASE_URL.")
 @click.option("--json", "as_json", is_flag=True, help="With --status: print it as JSON.")
-def llm(detach: bool, no_wait: bool, show_status: bool, stop: bool, as_json: bool) -> None:
+@pass_app
+def llm(app: App, detach: bool, no_wait: bool, show_status: bool, stop: bool, as_json: bool) -> None:
     """Start vLLM's OpenAI-compatible server for RAG_LLM_MODEL at RAG_LLM_BASE_URL; see or stop it."""
     if (detach or no_wait) + show_status + stop > 1:
         fail("start (--detach, --no-wait), --status and --stop go one at a time", EXIT_USAGE)
     with errors():
-        settings = load_settings()
+        settings = app.settings
         if show_status:
             _llm_status(settings, as_json)
         elif stop:

@@ -9,6 +9,7 @@ import anyio.to_thread
 from fastapi import FastAPI
 
 from rag.config import Settings
+from rag.wiring import App
 from ui.api import routes_ask, routes_documents, routes_files, routes_gaps, routes_health, routes_openai
 from ui.api.errors import install_error_handlers
 from ui.api.metrics import install_request_metrics
@@ -37,7 +38,7 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.services = services or build_services(settings, metrics=metrics)
+        app.state.services = services or build_services(App(settings), metrics=metrics)
         # Generations run in threads (the engine is synchronous): allow one per slot, plus headroom.
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.max_concurrent_generations + 16
         yield

@@ -19,20 +19,12 @@ from typing import ParamSpec, TypeVar
 from ingest import service
 from rag.components.feedback import FeedbackStore
 from rag.components.index import Index
-from rag.components.llm import LLM
 from rag.components.unanswered import UnansweredStore
 from rag.config import Settings
 from rag.core.answer import QueryEngine
 from rag.core.errors import Busy
 from rag.core.ports import Embedder
-from rag.wiring import (
-    build_embedder,
-    build_engine,
-    build_feedback_store,
-    build_store,
-    build_unanswered_store,
-    collection_name,
-)
+from rag.wiring import App, build_engine, build_store, collection_name
 from ui.serving.metrics import Metrics
 from ui.serving.principals import ApiKey, parse_api_keys
 
@@ -139,16 +131,12 @@ def lower_thread_priority() -> None:
         os.setpriority(os.PRIO_PROCESS, thread, min(19, os.getpriority(os.PRIO_PROCESS, thread) + INGEST_NICE))
 
 
-def build_services(settings: Settings, embedder: Embedder | None = None, llm: LLM | None = None,
-                   metrics: Metrics | None = None) -> Services:
-    """The real wiring (MiniLM, Chroma embedded or server, the openai client to vLLM); tests pass fakes for the
-    embedder or the LLM through this same function."""
+def build_services(app: App, metrics: Metrics | None = None) -> Services:
+    """The app's parts, loaded now (MiniLM, Chroma embedded or server, the openai client to vLLM); tests pass fakes
+    for the embedder or the LLM in the App."""
+    settings = app.settings
     keys = parse_api_keys(settings.api_keys)  # a bad key entry fails before anything heavy loads
-    embedder = embedder or build_embedder(settings)
-    store = build_store(settings)
-    service.settle_when_idle(settings, store.name)  # what a crash left in the documents folder
-    engine = build_engine(settings, embedder=embedder, store=store, llm=llm)
-    engine.retriever.warm()
-    unanswered = build_unanswered_store(settings) if settings.record_unanswered else None
-    return Services(settings, embedder, store, engine, build_feedback_store(settings), keys, unanswered,
+    service.settle_when_idle(settings, app.store.name)  # what a crash left in the documents folder
+    app.engine.retriever.warm()
+    return Services(settings, app.embedder, app.store, app.engine, app.feedback(), keys, app.unanswered(),
                     metrics=metrics or Metrics())
