@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from rag.core.access import Principal
+from rag.core.access import DocAccess, Principal
 from rag.core.ports import Admits, Delta, DenseIndex, KeywordSearch, Stop, Stopped, Usage, Vectors
 from rag.core.prompt import Message
 from rag.core.retrieve import Retriever
-from rag.core.types import Hit
+from rag.core.types import Chunk, Hit
 
 Reply = str | Callable[[Sequence[Message]], str]
 
@@ -100,34 +100,37 @@ class Page:
     source: str
     heading: str
     text: str
-    access: str = ""
+    access: DocAccess = DocAccess()
 
 
 class MemoryIndex:
-    """A DenseIndex in a list: exact cosine search over HashingEncoder vectors (Chroma's contract, no Chroma)."""
+    """A DenseIndex in a list: exact cosine search (Chroma's contract, tests/test_contracts.py, without Chroma)."""
 
     name = "memory"
 
-    def __init__(self, pages: Sequence[Page], encoder: HashingEncoder) -> None:
-        # A chunk's text starts with its section heading, as ingest writes it.
-        self.hits = [Hit(chunk_id=f"c{n}", text=f"{page.heading}\n{page.text}", source=page.source, score=0.0,
-                         headings=page.heading, doc_id=page.source, access=page.access)
-                     for n, page in enumerate(pages)]
-        self.vectors = encoder.embed_documents([hit.text for hit in self.hits])
+    def __init__(self) -> None:
+        self.hits: dict[str, Hit] = {}
+        self.vectors: dict[str, Vectors] = {}
 
-    def _scored(self, query: Vectors, admits: Admits | None) -> list[Hit]:
-        scores = (self.vectors @ query).tolist() if self.hits else []
-        hits = [replace(hit, score=round(score, 6)) for hit, score in zip(self.hits, scores, strict=True)]
+    def upsert(self, chunks: Sequence[Chunk], vectors: Vectors) -> None:
+        """Insert or replace chunks with their vectors."""
+        for chunk, vector in zip(chunks, vectors, strict=True):
+            self.hits[chunk.chunk_id] = Hit(chunk.chunk_id, chunk.text, chunk.source, 0.0, chunk.page,
+                                            " > ".join(chunk.headings), chunk.title, chunk.doc_id, chunk.access.label)
+            self.vectors[chunk.chunk_id] = vector
+
+    def _scored(self, ids: Iterable[str], query: Vectors, admits: Admits | None) -> list[Hit]:
+        hits = [replace(self.hits[i], score=round(float(self.vectors[i] @ query), 6)) for i in ids if i in self.hits]
         return [hit for hit in hits if admits is None or admits(hit.access)]
 
     def search(self, query: Vectors, k: int, where: dict[str, Any] | None = None, admits: Admits | None = None,
                overfetch: int = 0, likely: Callable[[str], bool] | None = None) -> list[Hit]:
-        """The k closest admitted chunks, best first."""
-        return sorted(self._scored(query, admits), key=lambda hit: hit.score, reverse=True)[:k]
+        """The k closest admitted chunks, best first (`admits` is the access rule; `where` is Chroma's form of it)."""
+        return sorted(self._scored(self.hits, query, admits), key=lambda hit: hit.score, reverse=True)[:k]
 
     def fetch(self, ids: Sequence[str], query: Vectors, admits: Admits | None = None) -> list[Hit]:
         """Chunks by id, scored against the query."""
-        return [hit for hit in self._scored(query, admits) if hit.chunk_id in set(ids)]
+        return self._scored(ids, query, admits)
 
     def count(self) -> int:
         """Number of chunks."""
@@ -142,7 +145,14 @@ class MemorySearchIndex:
     keyword: KeywordSearch | None = None
 
 
+def page_chunks(*pages: Page) -> list[Chunk]:
+    """One chunk a page, its text starting with its section heading (as ingest writes it)."""
+    return [Chunk(f"c{n}", f"{page.heading}\n{page.text}", page.source, page.source, "", 0, headings=(page.heading,),
+                  access=page.access) for n, page in enumerate(pages)]
+
+
 def memory_retriever(*pages: Page) -> Retriever:
     """The real Retriever (dense mode) over pages held in memory, embedded by the HashingEncoder."""
-    encoder = HashingEncoder()
-    return Retriever(encoder, MemorySearchIndex(MemoryIndex(pages, encoder)), mode="dense")
+    encoder, index, chunks = HashingEncoder(), MemoryIndex(), page_chunks(*pages)
+    index.upsert(chunks, encoder.embed_documents([chunk.text for chunk in chunks]))
+    return Retriever(encoder, MemorySearchIndex(index), mode="dense")

@@ -1,0 +1,191 @@
+"""Contract suites: every implementation of a core port (rag.core.ports) passes the same tests, the fakes the answer
+logic runs on (tests/fakes.py) included, so that what holds on a fake holds on the real part.
+
+- KeywordStore: the embedded SQLite index and the PostgreSQL one.
+- DenseIndex: embedded Chroma, a Chroma server and the in-memory fake.
+- Embedder: the served embedder (the bundled pair on ONNX Runtime), MiniLM alone and the hashing fake.
+- ChatModel: the openai-SDK client against a fake server and against the real vLLM, and the scripted fake."""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rag.components.keyword import KeywordIndex
+from rag.components.keyword_pg import PgKeywordIndex
+from rag.components.store import ChromaStore
+from rag.config import Settings
+from rag.core.access import LOCAL_OPERATOR, AccessPolicy, DocAccess, Principal
+from rag.core.ports import ChatModel, DenseIndex, Embedder, KeywordStore, Stop, Stopped, sentence_encoder
+from rag.core.prompt import Message
+from rag.core.types import Chunk
+from rag.wiring import build_chroma_client, build_llm
+from tests.conftest import LLMServer, PostgresServer
+from tests.fake_llm import FakeLLMServer
+from tests.fakes import HashingEncoder, MemoryIndex, ScriptedChatModel
+
+HR, ENG = DocAccess(("hr",)), DocAccess(("eng",))
+HR_READER = Principal("hr reader", frozenset({"hr"}))
+POLICY = AccessPolicy()
+
+
+def chunk(chunk_id: str, text: str, access: DocAccess = DocAccess()) -> Chunk:
+    """A one-chunk document."""
+    return Chunk(chunk_id, text, f"{chunk_id}.md", chunk_id, "h", 0, headings=("Notes",), access=access)
+
+
+CHUNKS = [chunk("vpn", "Reset the VPN token in the self-service portal."),
+          chunk("leave", "Staff get 25 days of annual leave per year.", HR),
+          chunk("printer", "Printers use toner cartridges from the supply room.", ENG),
+          chunk("apt", "使用 apt-mark hold 阻止软件包被升级。")]
+
+
+# --- KeywordStore ---------------------------------------------------------------------------------------------------
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def keyword_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[KeywordStore]:
+    if request.param == "sqlite":
+        yield KeywordIndex(tmp_path / "keyword.sqlite3")
+        return
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    index = PgKeywordIndex(server.database()[0], "docs")
+    yield index
+    index.close()
+
+
+def test_keyword_store_finds_by_words_best_first_with_coverage(keyword_store: KeywordStore) -> None:
+    keyword_store.add(CHUNKS)
+    hits = keyword_store.search("How do I reset my VPN token?", 5)
+    assert [hit.chunk_id for hit in hits] == ["vpn"]
+    assert 0 < hits[0].coverage <= 1 and hits[0].score > 0
+    assert keyword_store.search("zyzzyva", 5) == []
+    named = keyword_store.search("VPN token", 5, include=["printer"])
+    assert [(hit.chunk_id, hit.score) for hit in named][-1] == ("printer", 0.0)
+    assert [hit.chunk_id for hit in keyword_store.search("软件包 升级", 5)] == ["apt"]
+
+
+def test_keyword_store_replaces_deletes_and_lists(keyword_store: KeywordStore) -> None:
+    keyword_store.add(CHUNKS)
+    keyword_store.add([chunk("vpn", "The cafeteria opens at noon.")])
+    assert keyword_store.search("VPN token", 5) == []
+    keyword_store.delete(["printer", "unknown"])
+    assert keyword_store.ids() == {"vpn", "leave", "apt"}
+    assert keyword_store.unlabelled() == []
+
+
+def test_keyword_store_never_shows_a_reader_what_their_groups_do_not_hold(keyword_store: KeywordStore) -> None:
+    keyword_store.add(CHUNKS)
+    admits = functools.partial(POLICY.label_allows, HR_READER)
+    assert {hit.chunk_id for hit in keyword_store.search("toner printers leave days", 5, admits=admits)} == {"leave"}
+    share, likely = keyword_store.visibility(admits)
+    assert share == pytest.approx(3 / 4)  # the open chunks and HR's
+    assert (likely("leave"), likely("printer"), likely("unknown")) == (True, False, False)
+    keyword_store.set_access(["printer"], HR)
+    assert {hit.chunk_id for hit in keyword_store.search("toner printers", 5, admits=admits)} == {"printer"}
+    assert keyword_store.languages()[HR.label] == (2, 0)
+    assert keyword_store.languages()[DocAccess().label] == (2, 1)
+
+
+# --- DenseIndex -----------------------------------------------------------------------------------------------------
+
+@pytest.fixture(params=["memory", "embedded", "server"])
+def dense_index(request: pytest.FixtureRequest, tmp_path: Path) -> DenseIndex:
+    if request.param == "memory":
+        index = MemoryIndex()
+    else:
+        url = request.getfixturevalue("chroma_server").url if request.param == "server" else ""
+        settings = Settings(data_dir=tmp_path / "data", chroma_url=url, _env_file=None)  # type: ignore[call-arg]
+        index = ChromaStore(build_chroma_client(settings), f"t{uuid.uuid4().hex[:12]}", "hashing")  # type: ignore[assignment]
+    index.upsert(CHUNKS, HashingEncoder().embed_documents([c.text for c in CHUNKS]))  # type: ignore[attr-defined]
+    return index
+
+
+def test_dense_index_returns_the_nearest_with_their_cosines(dense_index: DenseIndex) -> None:
+    encoder = HashingEncoder()
+    query = encoder.embed_query("reset the VPN token")
+    hits = dense_index.search(query, 2)
+    assert hits[0].chunk_id == "vpn" and len(hits) == 2
+    assert hits[0].score == pytest.approx(float(encoder.embed_documents([CHUNKS[0].text])[0] @ query), abs=1e-4)
+    assert hits[0].score >= hits[1].score
+    vpn = hits[0]
+    assert (vpn.source, vpn.doc_id, vpn.headings, vpn.page, vpn.access) == ("vpn.md", "vpn", "Notes", None, "open")
+    assert dense_index.count() == 4
+
+
+def test_dense_index_filters_by_access_and_fetches_by_id(dense_index: DenseIndex) -> None:
+    query = HashingEncoder().embed_query("toner printers and annual leave days")
+    admits = functools.partial(POLICY.label_allows, HR_READER)
+    seen = dense_index.search(query, 4, POLICY.where(HR_READER), admits)
+    assert "printer" not in {hit.chunk_id for hit in seen} and "leave" in {hit.chunk_id for hit in seen}
+    assert len(dense_index.search(query, 4, POLICY.where(LOCAL_OPERATOR))) == 4
+    fetched = dense_index.fetch(["printer", "leave"], query, admits)
+    assert [hit.chunk_id for hit in fetched] == ["leave"] and fetched[0].score > 0
+
+
+# --- Embedder -------------------------------------------------------------------------------------------------------
+
+@pytest.fixture(params=["served", "first", "hashing"])
+def any_embedder(request: pytest.FixtureRequest) -> Embedder:
+    if request.param == "hashing":
+        return HashingEncoder()  # type: ignore[return-value]
+    served: Embedder = request.getfixturevalue("real_embedder")
+    return served if request.param == "served" else sentence_encoder(served)
+
+
+def test_embedder_gives_normalized_rows_of_its_dimension(any_embedder: Embedder) -> None:
+    texts = ["Staff get 25 days of annual leave per year.", "员工每年有二十五天年假。"]
+    rows = any_embedder.embed_documents(texts)
+    assert rows.shape == (2, any_embedder.dimension) and rows.dtype == np.float32
+    assert np.linalg.norm(rows, axis=1) == pytest.approx([1.0, 1.0], abs=1e-3)
+    query = any_embedder.embed_query("How many days of leave?")
+    assert query.shape == (any_embedder.dimension,) and float(np.linalg.norm(query)) == pytest.approx(1.0, abs=1e-3)
+    assert np.allclose(any_embedder.embed_documents(texts[:1]), rows[:1], atol=1e-4)  # alone or batched: the same
+    assert any_embedder.max_tokens > 0 and any_embedder.name
+
+
+def test_embedder_ranks_the_passage_about_the_question_first(any_embedder: Embedder) -> None:
+    rows = any_embedder.embed_documents([c.text for c in CHUNKS[:3]])
+    scores = rows @ any_embedder.embed_query("How many days of annual leave do staff get?")
+    assert int(np.argmax(scores)) == 1
+
+
+# --- ChatModel ------------------------------------------------------------------------------------------------------
+
+HELLO: list[Message] = [{"role": "user", "content": "Say hello."}]
+
+
+@pytest.fixture(params=["scripted", "openai-sdk", pytest.param("vllm", marks=pytest.mark.integration)])
+def chat_model(request: pytest.FixtureRequest) -> ChatModel:
+    if request.param == "scripted":
+        return ScriptedChatModel("Hello there, friend.")
+    if request.param == "openai-sdk":
+        return FakeLLMServer(lambda messages: "Hello there, friend.").llm()
+    server: LLMServer = request.getfixturevalue("llm_server")
+    return build_llm(server.settings)
+
+
+def test_chat_model_streams_text_then_its_usage(chat_model: ChatModel) -> None:
+    deltas = list(chat_model.stream(HELLO, max_tokens=16))
+    text = "".join(delta.text for delta in deltas)
+    assert text.strip() and deltas[-1].usage is not None and deltas[-1].text == ""
+    assert deltas[-1].usage.prompt_tokens > 0 and deltas[-1].usage.completion_tokens > 0
+    if not isinstance(chat_model, ScriptedChatModel) and "fake" not in chat_model.model:
+        return  # a real model's words are its own
+    assert text == "Hello there, friend."
+
+
+def test_chat_model_completes_at_once(chat_model: ChatModel) -> None:
+    assert chat_model.complete(HELLO, max_tokens=16).strip()
+
+
+def test_chat_model_stream_ends_with_stopped_once_stopped(chat_model: ChatModel) -> None:
+    stop = Stop()
+    stream = chat_model.stream(HELLO, max_tokens=16, stop=stop)
+    stop.set()
+    with pytest.raises(Stopped):
+        list(stream)
