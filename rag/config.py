@@ -89,31 +89,107 @@ def _host_list(value: str, hint: str, star: bool) -> str:
             raise ValueError(f"{name!r} is not a host name (no scheme, port or path; {hint})")
     return value
 
-class Settings(BaseSettings):
-    """Every knob of the assistant; each one is documented in .env.example."""
+SECTION_CONFIG = SettingsConfigDict(env_prefix="RAG_", env_file=".env", extra="ignore")
 
-    model_config = SettingsConfigDict(env_prefix="RAG_", env_file=".env", extra="ignore")
+
+class StorageSettings(BaseSettings):
+    """Where things are kept: the data dir, Chroma (embedded or a server), the keyword index, the databases."""
+
+    model_config = SECTION_CONFIG
 
     data_dir: Path = Path("./data")
+    docs_dir: Path | None = None
+    chroma_url: str = ""
+    chroma_token: str = Field(default="", repr=False)
+    keyword_db_url: str = Field(default="", repr=False)  # PostgreSQL for the keyword index (rag.components.keyword_pg)
+    collection: str = "documents"
+    chat_db_url: str = Field(default="", repr=False)
+    feedback_db_url: str = Field(default="", repr=False)
+    record_unanswered: bool = True  # refused and escalated questions, for `rag gaps` (in the feedback database)
+
+    @field_validator("chroma_url")
+    @classmethod
+    def _strip_url(cls, value: str) -> str:
+        return value.strip().rstrip("/")
+
+    @field_validator("docs_dir", mode="before")
+    @classmethod
+    def _empty_dir_is_none(cls, value: object) -> object:
+        return None if value == "" else value
+
+    @field_validator("chroma_token")
+    @classmethod
+    def _token_chars(cls, value: str) -> str:
+        # What Chroma's token client accepts; the message never repeats the token.
+        if any(not (char.isascii() and char.isprintable()) or char.isspace() for char in value):
+            raise ValueError("the token may hold only ASCII letters, digits and punctuation")
+        return value
+
+    @property
+    def index_dir(self) -> Path:
+        """Folder of the embedded Chroma store, the manifest and the ingest lock."""
+        return self.data_dir / "index"
+
+    @property
+    def models_dir(self) -> Path:
+        """Folder of models prepared at set-up (converted LLM, exported encoders)."""
+        return self.data_dir / "models"
+
+    @property
+    def documents_dir(self) -> Path:
+        """The documents folder that uploads land in and /v1/sync re-syncs (RAG_DOCS_DIR, else data/documents)."""
+        return self.docs_dir or self.data_dir / "documents"
+
+    @property
+    def chat_database_url(self) -> str:
+        """SQLAlchemy async URL of the chat history (RAG_CHAT_DB_URL, else SQLite under the data dir)."""
+        return self.chat_db_url or f"sqlite+aiosqlite:///{(self.data_dir / 'chat.db').resolve()}"
+
+    @property
+    def feedback_database_url(self) -> str:
+        """SQLAlchemy URL of the feedback store (RAG_FEEDBACK_DB_URL, else SQLite under the data dir)."""
+        return self.feedback_db_url or f"sqlite:///{(self.data_dir / 'feedback.db').resolve()}"
+
+
+class EmbeddingSettings(BaseSettings):
+    """The Sentence-BERT model and how it runs."""
+
+    model_config = SECTION_CONFIG
+
     embed_model: str = Field(default=BUNDLED_PAIR_MODEL, min_length=1)
     embed_device: str = "cpu"
     embed_backend: Literal["auto", "onnx", "onnx-int8", "torch"] = "auto"
     embed_dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     embed_batch_size: int = Field(default=64, ge=1)
+
+
+class IngestSettings(BaseSettings):
+    """How documents are read, chunked and written, and how long a change waits for another."""
+
+    model_config = SECTION_CONFIG
+
+    chunk_tokens: int = Field(default=250, ge=16)
+    chunk_overlap_tokens: int = Field(default=32, ge=0)
+    max_file_mb: float = Field(default=50.0, gt=0)
+    parse_timeout_s: float = Field(default=120.0, gt=0)
     ingest_batch_chunks: int = Field(default=1024, ge=1)
     parse_workers: int = Field(default=1, ge=1, le=64)
     ingest_writers: int = Field(default=1, ge=1, le=32)
     ingest_wait_s: float = Field(default=30.0, ge=0)
     watch_debounce_ms: int = Field(default=1000, ge=50, le=600_000)
     ingest_workers: int = Field(default=2, ge=1, le=64)
-    chroma_url: str = ""
-    chroma_token: str = Field(default="", repr=False)
-    keyword_db_url: str = Field(default="", repr=False)  # PostgreSQL for the keyword index (rag.components.keyword_pg)
-    collection: str = "documents"
-    chunk_tokens: int = Field(default=250, ge=16)
-    chunk_overlap_tokens: int = Field(default=32, ge=0)
-    max_file_mb: float = Field(default=50.0, gt=0)
-    parse_timeout_s: float = Field(default=120.0, gt=0)
+
+    @property
+    def max_file_bytes(self) -> int:
+        """The size limit of one input file, in bytes."""
+        return int(self.max_file_mb * 1024 * 1024)
+
+
+class RetrievalSettings(BaseSettings):
+    """Hybrid search: how many excerpts, the refusal thresholds and fusion weights (None: measured per model)."""
+
+    model_config = SECTION_CONFIG
+
     top_k: int = Field(default=3, ge=1, le=50)
     # None: the values measured for the embedder (RetrievalTuning, TUNING).
     refusal_threshold: float | None = Field(default=None, ge=-1.0, le=1.0)
@@ -127,49 +203,22 @@ class Settings(BaseSettings):
     rerank_model: str = ""
     translate_questions: bool = True  # search once more with the question in the documents' other language
 
-    escalate_below: float = Field(default=0.6, ge=0.0, le=1.0)
-    link_allowlist: str = ""
+    @field_validator("refusal_threshold", "refusal_threshold_cjk", "hybrid_dense_weight", "hybrid_dense_weight_cjk",
+                     "embed_pair_share", "embed_pair_share_cjk", mode="before")
+    @classmethod
+    def _empty_tuning_is_none(cls, value: object) -> object:
+        return None if value == "" else value
 
-    ungrouped: Literal["public", "private"] = "public"
-    api_keys: str = Field(default="", repr=False)
-    docs_dir: Path | None = None
-    max_concurrent_generations: int = Field(default=64, ge=1)
-    queue_timeout_s: float = Field(default=10.0, ge=0)
-    max_upload_mb: float = Field(default=50.0, gt=0)
-    max_body_kb: int = Field(default=256, ge=16)
-    trusted_hosts: str = ""
-    cors_origins: str = ""
 
-    ui_auth: bool = True
-    ui_auth_secret: str = Field(default="", repr=False)
-    ui_users: str = Field(default="", repr=False)
-    session_hours: float = Field(default=8.0, gt=0, le=720)
-    https: bool = False
-    login_max_failures: int = Field(default=5, ge=1)
-    login_window_s: float = Field(default=900.0, gt=0)
-    login_concurrency: int = Field(default=1, ge=1, le=16)
-    chat_db_url: str = Field(default="", repr=False)
-    feedback_db_url: str = Field(default="", repr=False)
-    record_unanswered: bool = True  # refused and escalated questions, for `rag gaps` (in the feedback database)
+class AnswerSettings(BaseSettings):
+    """The answer: how it is written and checked, which links it may show, when to hand over to a human."""
 
-    llm_base_url: str = "http://127.0.0.1:8010/v1"
-    llm_model: str = OFFLINE_LLM
-    llm_api_key: str = Field(default="EMPTY", repr=False)
-    llm_timeout_s: float = Field(default=60.0, gt=0)
-    llm_connect_timeout_s: float = Field(default=2.0, gt=0)
-    # RAG_LLM_MAX_TOKENS is the name before the answer checks came; still read.
-    max_answer_tokens: int = Field(default=256, ge=16, le=4096,
-                                   validation_alias=AliasChoices("RAG_MAX_ANSWER_TOKENS", "RAG_LLM_MAX_TOKENS"))
+    model_config = SECTION_CONFIG
+
     answer_mode: Literal["auto", "generate", "extract"] = "auto"
     llm_languages: str = "en,zh"
-    llm_temperature: float = Field(default=0.0, ge=0.0, le=2.0)
-    llm_repetition_penalty: float = Field(default=1.0, ge=1.0, le=2.0)
-    llm_model_path: Path | None = None
-    llm_max_model_len: int = Field(default=4096, ge=256)
-    llm_dtype: Literal["auto", "bfloat16", "float32"] = "auto"
-    llm_compile: Literal["auto", "eager", "compile"] = "auto"
-    llm_start_timeout_s: float = Field(default=900.0, gt=0)
-    vllm_python: Path = Path(".venv-vllm/bin/python")
+    escalate_below: float = Field(default=0.6, ge=0.0, le=1.0)
+    link_allowlist: str = ""
 
     @field_validator("llm_languages")
     @classmethod
@@ -179,13 +228,64 @@ class Settings(BaseSettings):
             raise ValueError(f"languages are en and zh, not {', '.join(sorted(unknown))}")
         return value
 
-    @field_validator("chroma_token")
+    @field_validator("link_allowlist")
     @classmethod
-    def _token_chars(cls, value: str) -> str:
-        # What Chroma's token client accepts; the message never repeats the token.
-        if any(not (char.isascii() and char.isprintable()) or char.isspace() for char in value):
-            raise ValueError("the token may hold only ASCII letters, digits and punctuation")
-        return value
+    def _link_hosts(cls, value: str) -> str:
+        return _host_list(value, "`*.example.com` for a domain and its subdomains", star=False)
+
+    @property
+    def model_languages(self) -> frozenset[str]:
+        """The languages the LLM writes well (RAG_LLM_LANGUAGES); questions in others get quoted answers."""
+        return frozenset(part.strip().lower() for part in self.llm_languages.split(",") if part.strip())
+
+
+class LLMSettings(BaseSettings):
+    """The chat model's server: where it answers, and how `rag llm` starts vLLM."""
+
+    model_config = SECTION_CONFIG
+
+    llm_base_url: str = "http://127.0.0.1:8010/v1"
+    llm_model: str = OFFLINE_LLM
+    llm_api_key: str = Field(default="EMPTY", repr=False)
+    llm_timeout_s: float = Field(default=60.0, gt=0)
+    llm_connect_timeout_s: float = Field(default=2.0, gt=0)
+    # RAG_LLM_MAX_TOKENS is the name before the answer checks came; still read.
+    max_answer_tokens: int = Field(default=256, ge=16, le=4096,
+                                   validation_alias=AliasChoices("RAG_MAX_ANSWER_TOKENS", "RAG_LLM_MAX_TOKENS"))
+    llm_temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    llm_repetition_penalty: float = Field(default=1.0, ge=1.0, le=2.0)
+    llm_model_path: Path | None = None
+    llm_max_model_len: int = Field(default=4096, ge=256)
+    llm_dtype: Literal["auto", "bfloat16", "float32"] = "auto"
+    llm_compile: Literal["auto", "eager", "compile"] = "auto"
+    llm_start_timeout_s: float = Field(default=900.0, gt=0)
+    vllm_python: Path = Path(".venv-vllm/bin/python")
+
+    @field_validator("llm_base_url")
+    @classmethod
+    def _strip_llm_url(cls, value: str) -> str:
+        return value.strip().rstrip("/")
+
+    @field_validator("llm_model_path", mode="before")
+    @classmethod
+    def _empty_path_is_none(cls, value: object) -> object:
+        return None if value == "" else value
+
+
+class ServerSettings(BaseSettings):
+    """The served API: who may call it, from where, how much at once."""
+
+    model_config = SECTION_CONFIG
+
+    ungrouped: Literal["public", "private"] = "public"
+    api_keys: str = Field(default="", repr=False)
+    max_concurrent_generations: int = Field(default=64, ge=1)
+    queue_timeout_s: float = Field(default=10.0, ge=0)
+    max_upload_mb: float = Field(default=50.0, gt=0)
+    max_body_kb: int = Field(default=256, ge=16)
+    trusted_hosts: str = ""
+    cors_origins: str = ""
+    https: bool = False
 
     @field_validator("trusted_hosts")
     @classmethod
@@ -204,41 +304,6 @@ class Settings(BaseSettings):
                 raise ValueError(f"{origin!r} is not an origin like https://app.example.com (scheme, host, port)")
         return value
 
-    @field_validator("link_allowlist")
-    @classmethod
-    def _link_hosts(cls, value: str) -> str:
-        return _host_list(value, "`*.example.com` for a domain and its subdomains", star=False)
-
-    @field_validator("chroma_url", "llm_base_url")
-    @classmethod
-    def _strip_url(cls, value: str) -> str:
-        return value.strip().rstrip("/")
-
-    @field_validator("llm_model_path", "docs_dir", "refusal_threshold", "refusal_threshold_cjk", "hybrid_dense_weight",
-                     "hybrid_dense_weight_cjk", "embed_pair_share", "embed_pair_share_cjk", mode="before")
-    @classmethod
-    def _empty_is_none(cls, value: object) -> object:
-        return None if value == "" else value
-
-    @property
-    def tuning(self) -> RetrievalTuning:
-        """Refusal thresholds and fusion weights: those set, else the ones measured for RAG_EMBED_MODEL."""
-        measured = TUNING.get(self.embed_model, TUNING[BUNDLED_EMBED_MODEL])
-        return RetrievalTuning(
-            measured.refusal_threshold if self.refusal_threshold is None else self.refusal_threshold,
-            measured.refusal_threshold_cjk if self.refusal_threshold_cjk is None else self.refusal_threshold_cjk,
-            measured.dense_weight if self.hybrid_dense_weight is None else self.hybrid_dense_weight,
-            measured.dense_weight_cjk if self.hybrid_dense_weight_cjk is None else self.hybrid_dense_weight_cjk,
-            measured.pair_share if self.embed_pair_share is None else self.embed_pair_share,
-            measured.pair_share_cjk if self.embed_pair_share_cjk is None else self.embed_pair_share_cjk,
-            measured.pair_cross_scale,
-        )
-
-    @property
-    def model_languages(self) -> frozenset[str]:
-        """The languages the LLM writes well (RAG_LLM_LANGUAGES); questions in others get quoted answers."""
-        return frozenset(part.strip().lower() for part in self.llm_languages.split(",") if part.strip())
-
     @property
     def access_policy(self) -> AccessPolicy:
         """Who sees documents without groups (RAG_UNGROUPED)."""
@@ -256,40 +321,46 @@ class Settings(BaseSettings):
         """Browser origins allowed to call the app from their pages (RAG_CORS_ORIGINS), as browsers send them."""
         return tuple(origin.rstrip("/").lower() for origin in _entries(self.cors_origins))
 
-    @property
-    def index_dir(self) -> Path:
-        """Folder of the embedded Chroma store, the manifest and the ingest lock."""
-        return self.data_dir / "index"
+
+class ChatSettings(BaseSettings):
+    """The chat UI's sign-in and sessions."""
+
+    model_config = SECTION_CONFIG
+
+    ui_auth: bool = True
+    ui_auth_secret: str = Field(default="", repr=False)
+    ui_users: str = Field(default="", repr=False)
+    session_hours: float = Field(default=8.0, gt=0, le=720)
+    login_max_failures: int = Field(default=5, ge=1)
+    login_window_s: float = Field(default=900.0, gt=0)
+    login_concurrency: int = Field(default=1, ge=1, le=16)
+
+
+class Settings(StorageSettings, EmbeddingSettings, IngestSettings, RetrievalSettings, AnswerSettings, LLMSettings,
+               ServerSettings, ChatSettings):
+    """Every knob of the assistant, in sections (a part that needs one section takes that class); each RAG_*
+    variable is documented in .env.example."""
+
+    model_config = SECTION_CONFIG
 
     @property
-    def models_dir(self) -> Path:
-        """Folder of models prepared at set-up (converted LLM, exported encoders)."""
-        return self.data_dir / "models"
+    def tuning(self) -> RetrievalTuning:
+        """Refusal thresholds and fusion weights: those set, else the ones measured for RAG_EMBED_MODEL."""
+        measured = TUNING.get(self.embed_model, TUNING[BUNDLED_EMBED_MODEL])
+        return RetrievalTuning(
+            measured.refusal_threshold if self.refusal_threshold is None else self.refusal_threshold,
+            measured.refusal_threshold_cjk if self.refusal_threshold_cjk is None else self.refusal_threshold_cjk,
+            measured.dense_weight if self.hybrid_dense_weight is None else self.hybrid_dense_weight,
+            measured.dense_weight_cjk if self.hybrid_dense_weight_cjk is None else self.hybrid_dense_weight_cjk,
+            measured.pair_share if self.embed_pair_share is None else self.embed_pair_share,
+            measured.pair_share_cjk if self.embed_pair_share_cjk is None else self.embed_pair_share_cjk,
+            measured.pair_cross_scale,
+        )
 
     @property
     def served_model_path(self) -> Path:
         """The model folder `rag llm` serves: RAG_LLM_MODEL_PATH, else the offline default converted at set-up."""
         return self.llm_model_path or self.models_dir / OFFLINE_LLM
-
-    @property
-    def documents_dir(self) -> Path:
-        """The documents folder that uploads land in and /v1/sync re-syncs (RAG_DOCS_DIR, else data/documents)."""
-        return self.docs_dir or self.data_dir / "documents"
-
-    @property
-    def chat_database_url(self) -> str:
-        """SQLAlchemy async URL of the chat history (RAG_CHAT_DB_URL, else SQLite under the data dir)."""
-        return self.chat_db_url or f"sqlite+aiosqlite:///{(self.data_dir / 'chat.db').resolve()}"
-
-    @property
-    def feedback_database_url(self) -> str:
-        """SQLAlchemy URL of the feedback store (RAG_FEEDBACK_DB_URL, else SQLite under the data dir)."""
-        return self.feedback_db_url or f"sqlite:///{(self.data_dir / 'feedback.db').resolve()}"
-
-    @property
-    def max_file_bytes(self) -> int:
-        """The size limit of one input file, in bytes."""
-        return int(self.max_file_mb * 1024 * 1024)
 
 
 def _shown(field: str, value: object) -> str:

@@ -25,7 +25,7 @@ from rag.components.paired_embedder import PAIR_SEPARATOR, PairedEmbedder, pair_
 from rag.components.rerank import CrossEncoderReranker
 from rag.components.store import ChromaStore
 from rag.components.unanswered import UnansweredStore
-from rag.config import Settings, load_settings
+from rag.config import EmbeddingSettings, LLMSettings, Settings, StorageSettings, load_settings
 from rag.core.answer import QueryEngine
 from rag.core.errors import ConfigError, StoreInUse, StoreUnavailable
 from rag.core.ports import ChatModel, Embedder, KeywordStore, Searcher, sentence_encoder
@@ -47,7 +47,7 @@ def prefer_passive_threads() -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
-def embed_dtype(settings: Settings) -> str:
+def embed_dtype(settings: EmbeddingSettings) -> str:
     """The torch dtype for the embedder: "auto" picks bfloat16 where the CPU computes it natively."""
     if settings.embed_dtype != "auto":
         return settings.embed_dtype
@@ -137,7 +137,7 @@ def _torch_embedder(settings: Settings, path: str) -> TorchEmbedder:
 CHROMA_TOKEN_PROVIDER = "chromadb.auth.token_authn.TokenAuthClientProvider"
 
 
-def build_chroma_client(settings: Settings) -> ClientAPI:
+def build_chroma_client(settings: StorageSettings) -> ClientAPI:
     """An HttpClient when RAG_CHROMA_URL is set (sending RAG_CHROMA_TOKEN, if any, as `Authorization: Bearer` on
     every request), else an embedded PersistentClient under the data dir."""
     import chromadb
@@ -169,12 +169,12 @@ def collection_name(settings: Settings) -> str:
     return CollectionRegistry(settings.index_dir).resolve(settings.collection, settings.embed_model)
 
 
-def keyword_path(settings: Settings, collection: str) -> Path:
+def keyword_path(settings: StorageSettings, collection: str) -> Path:
     """The keyword index file beside a Chroma collection."""
     return settings.index_dir / "keyword" / f"{collection}.sqlite3"
 
 
-def build_keyword_index(settings: Settings, collection: str) -> KeywordStore:
+def build_keyword_index(settings: StorageSettings, collection: str) -> KeywordStore:
     """The keyword index of a collection: in PostgreSQL when RAG_KEYWORD_DB_URL is set (shared by replicas on any
     host), else the embedded one beside the data dir."""
     if settings.keyword_db_url:
@@ -182,7 +182,7 @@ def build_keyword_index(settings: Settings, collection: str) -> KeywordStore:
     return KeywordIndex(keyword_path(settings, collection))
 
 
-def copy_shared_keyword_index(settings: Settings, source: str, target: str) -> None:
+def copy_shared_keyword_index(settings: StorageSettings, source: str, target: str) -> None:
     """Copy a collection's keyword index in RAG_KEYWORD_DB_URL to another collection's name (a re-embed)."""
     index = PgKeywordIndex(settings.keyword_db_url, source)
     try:
@@ -191,7 +191,7 @@ def copy_shared_keyword_index(settings: Settings, source: str, target: str) -> N
         index.close()
 
 
-def drop_keyword_index(settings: Settings, collection: str) -> None:
+def drop_keyword_index(settings: StorageSettings, collection: str) -> None:
     """Delete a collection's keyword index: its SQLite file, and its rows in RAG_KEYWORD_DB_URL when set."""
     keyword_path(settings, collection).unlink(missing_ok=True)
     if settings.keyword_db_url:
@@ -211,7 +211,7 @@ def build_store(settings: Settings, client: ClientAPI | None = None, collection:
 
 
 @contextlib.contextmanager
-def hold_embedded_store(settings: Settings, what: str) -> Iterator[None]:
+def hold_embedded_store(settings: StorageSettings, what: str) -> Iterator[None]:
     """Claim the embedded store for this process for the block (nothing to claim with a Chroma server): embedded
     Chroma must not be written by two processes, so a second one is refused with StoreInUse naming the first."""
     if settings.chroma_url:
@@ -228,7 +228,7 @@ def hold_embedded_store(settings: Settings, what: str) -> Iterator[None]:
             "several processes can share") from None
 
 
-def build_llm(settings: Settings) -> LLM:
+def build_llm(settings: LLMSettings) -> LLM:
     """The openai SDK client for RAG_LLM_BASE_URL, with bounded timeouts (an unreachable server fails fast)."""
     from openai import OpenAI, Timeout
 
@@ -277,17 +277,17 @@ def build_engine(settings: Settings, embedder: Embedder | None = None, store: In
                        links=LinkPolicy.parse(settings.link_allowlist))
 
 
-def build_feedback_store(settings: Settings) -> FeedbackStore:
+def build_feedback_store(settings: StorageSettings) -> FeedbackStore:
     """The feedback store at RAG_FEEDBACK_DB_URL (SQLite under the data dir by default)."""
     return FeedbackStore(_feedback_engine(settings))
 
 
-def build_unanswered_store(settings: Settings) -> UnansweredStore:
+def build_unanswered_store(settings: StorageSettings) -> UnansweredStore:
     """Refused and escalated questions, in the feedback database (where questions are already kept)."""
     return UnansweredStore(_feedback_engine(settings))
 
 
-def _feedback_engine(settings: Settings) -> sa.Engine:
+def _feedback_engine(settings: StorageSettings) -> sa.Engine:
     import sqlalchemy as sa
 
     url = settings.feedback_database_url
