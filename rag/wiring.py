@@ -306,9 +306,9 @@ class App:
     passed in (a test's fakes, a server's already-loaded model) are used as they are."""
 
     def __init__(self, settings: Settings | None = None, *, embedder: Embedder | None = None,
-                 llm: ChatModel | None = None, store: Index | None = None) -> None:
+                 llm: ChatModel | None = None, store: Index | None = None, engine: QueryEngine | None = None) -> None:
         self._settings, self._embedder, self._llm, self._store = settings, embedder, llm, store
-        self._engine: QueryEngine | None = None
+        self._engine = engine
 
     @property
     def settings(self) -> Settings:

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from rag.core.answer import QueryEngine
 from tests.docs_factory import pdf_bytes
 
 BIN = Path(sys.executable).parent
@@ -76,3 +77,26 @@ def test_rag_ask_on_empty_index_tells_to_ingest(cli_env: dict[str, str]) -> None
     result = _run([str(BIN / "rag"), "ask", "anything"], {**cli_env, "RAG_LLM_BASE_URL": "http://127.0.0.1:9/v1"})
     assert result.returncode == 2
     assert "rag-ingest" in result.stderr
+
+
+def test_rag_ask_json_is_the_api_s_answer_body(tmp_path: Path) -> None:
+    """In process, on fakes (click's ctx.obj carries the App): `rag ask --json` prints what /v1/ask returns."""
+    from click.testing import CliRunner
+
+    from rag.config import Settings
+    from rag.wiring import App
+    from tests.fakes import Page, ScriptedChatModel, memory_retriever
+    from ui.api.schemas import AskResponse
+    from ui.cli import main
+
+    retriever = memory_retriever(Page("hr/leave.md", "Leave", "Staff get 25 days of annual leave per year."))
+    engine = QueryEngine(retriever, ScriptedChatModel("Staff get 25 days of annual leave per year [1]."), top_k=1,
+                         refusal_threshold=0.1)
+    app = App(Settings(data_dir=tmp_path / "data", _env_file=None), engine=engine)  # type: ignore[call-arg]
+    result = CliRunner().invoke(main, ["ask", "How many days of annual leave do staff get?", "--json"], obj=app)
+    assert result.exit_code == 0, result.output
+    body = json.loads(result.stdout.strip().splitlines()[-1])
+    assert set(body) == set(AskResponse.model_fields)
+    assert AskResponse.model_validate(body).answer == "Staff get 25 days of annual leave per year [1]."
+    assert (body["escalate"], body["sources"][0]["snippet"]) == (False, "Leave\nStaff get 25 days of annual leave "
+                                                                         "per year.")

@@ -100,8 +100,9 @@ def _shown_hit(n: int, hit: Hit, links: LinkPolicy) -> tuple[dict[str, object], 
 
 
 def ask_body(answer: Answer, escalate_below: float) -> dict[str, object]:
-    """The /v1/ask response: `rag ask --json` plus confidence, escalate, headings and snippets, and `removed`:
-    what sanitising took out of the answer and of the snippets."""
+    """An answer on the wire, wherever it leaves (/v1/ask, the chat's and the OpenAI route's extras, `rag ask
+    --json`): the answer's own fields plus confidence, escalate, headings and snippets, and `removed`: what
+    sanitising took out of the answer and of the snippets."""
     body = answer.as_json()
     shown = [_shown_hit(source.n, source.hit, answer.links) for source in answer.sources]
     body["sources"] = [hit | {"cited": source.cited} for (hit, _), source in zip(shown, answer.sources, strict=True)]
