@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -79,7 +80,22 @@ def build_embedder(settings: Settings) -> Embedder:
                                              shares.pair_share_cjk, shares.pair_cross_scale))
 
 
+# Models loaded in this process, by what decides their weights and batches: a second App, a benchmark or a test in
+# the same process shares them instead of holding another copy (ONNX Runtime keeps each session's arena for good).
+_LOADED: dict[tuple[str, str, str, str, int], Embedder] = {}
+_LOADING = threading.Lock()
+
+
 def _single_embedder(settings: Settings) -> Embedder:
+    key = (settings.embed_model, settings.embed_device, settings.embed_backend, settings.embed_dtype,
+           settings.embed_batch_size)
+    with _LOADING:
+        if key not in _LOADED:
+            _LOADED[key] = _load_single_embedder(settings)
+        return _LOADED[key]
+
+
+def _load_single_embedder(settings: Settings) -> Embedder:
     path = resolve_embed_model(settings.embed_model)
     folder = ModelFolder.read(Path(path))
     try:
