@@ -316,8 +316,8 @@ def _feedback_engine(settings: StorageSettings) -> sa.Engine:
 
 
 class App:
-    """One process's concrete parts, built from Settings on first use and then shared: the CLI (click's ctx.obj),
-    `rag serve`, watch, re-embed and the LangChain retriever all take theirs from here. Nothing loads until asked
+    """One process's concrete parts, built from Settings on first use and then shared: every `rag` command (click's
+    ctx.obj), `rag serve`'s services, `rag-ingest` and its watcher take theirs from here. Nothing loads until asked
     for (`rag search` never loads the feedback store; a sync with nothing new never loads the embedder); parts
     passed in (a test's fakes, a server's already-loaded model) are used as they are."""
 
