@@ -100,9 +100,8 @@ def chat_app(tmp_path_factory: pytest.TempPathFactory, llm_server: LLMServer) ->
     data_dir, hr_docs = folder / "data", folder / "hr"
     hr_docs.mkdir()
     (hr_docs / HR_SOURCE).write_text(HR_DOCUMENT, encoding="utf-8")
-    for documents in (SAMPLES / "en", hr_docs):
-        subprocess.run([str(BIN / "rag-ingest"), str(documents)], env=_env(data_dir), check=True,
-                       capture_output=True)
+    subprocess.run([str(BIN / "rag-ingest"), str(SAMPLES / "en"), str(hr_docs)], env=_env(data_dir), check=True,
+                   capture_output=True)
     users = (f"{USER}:{hash_password(PASSWORD)}:staff,{HR_USER}:{hash_password(HR_PASSWORD)}:hr,"
              f"{ADMIN}:{hash_password(ADMIN_PASSWORD)}:*:admin")
     # API keys set: the PDF viewer must reach its file through the chat's session, not as an anonymous caller.
