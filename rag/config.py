@@ -89,6 +89,16 @@ def _host_list(value: str, hint: str, star: bool) -> str:
             raise ValueError(f"{name!r} is not a host name (no scheme, port or path; {hint})")
     return value
 
+def _stripped_url(value: str) -> str:
+    """A URL without surrounding blanks or a trailing slash."""
+    return value.strip().rstrip("/")
+
+
+def _none_if_empty(value: object) -> object:
+    """An empty variable (`RAG_X=`) as unset."""
+    return None if value == "" else value
+
+
 SECTION_CONFIG = SettingsConfigDict(env_prefix="RAG_", env_file=".env", extra="ignore")
 
 
@@ -107,15 +117,8 @@ class StorageSettings(BaseSettings):
     feedback_db_url: str = Field(default="", repr=False)
     record_unanswered: bool = True  # refused and escalated questions, for `rag gaps` (in the feedback database)
 
-    @field_validator("chroma_url")
-    @classmethod
-    def _strip_url(cls, value: str) -> str:
-        return value.strip().rstrip("/")
-
-    @field_validator("docs_dir", mode="before")
-    @classmethod
-    def _empty_dir_is_none(cls, value: object) -> object:
-        return None if value == "" else value
+    _strip_url = field_validator("chroma_url")(_stripped_url)
+    _empty_dir_is_none = field_validator("docs_dir", mode="before")(_none_if_empty)
 
     @field_validator("chroma_token")
     @classmethod
@@ -203,11 +206,9 @@ class RetrievalSettings(BaseSettings):
     rerank_model: str = ""
     translate_questions: bool = True  # search once more with the question in the documents' other language
 
-    @field_validator("refusal_threshold", "refusal_threshold_cjk", "hybrid_dense_weight", "hybrid_dense_weight_cjk",
-                     "embed_pair_share", "embed_pair_share_cjk", mode="before")
-    @classmethod
-    def _empty_tuning_is_none(cls, value: object) -> object:
-        return None if value == "" else value
+    _empty_tuning_is_none = field_validator("refusal_threshold", "refusal_threshold_cjk", "hybrid_dense_weight",
+                                            "hybrid_dense_weight_cjk", "embed_pair_share", "embed_pair_share_cjk",
+                                            mode="before")(_none_if_empty)
 
 
 class AnswerSettings(BaseSettings):
@@ -261,15 +262,8 @@ class LLMSettings(BaseSettings):
     llm_start_timeout_s: float = Field(default=900.0, gt=0)
     vllm_python: Path = Path(".venv-vllm/bin/python")
 
-    @field_validator("llm_base_url")
-    @classmethod
-    def _strip_llm_url(cls, value: str) -> str:
-        return value.strip().rstrip("/")
-
-    @field_validator("llm_model_path", mode="before")
-    @classmethod
-    def _empty_path_is_none(cls, value: object) -> object:
-        return None if value == "" else value
+    _strip_llm_url = field_validator("llm_base_url")(_stripped_url)
+    _empty_path_is_none = field_validator("llm_model_path", mode="before")(_none_if_empty)
 
 
 class ServerSettings(BaseSettings):
