@@ -28,7 +28,7 @@ from rag.components.store import ChromaStore
 from rag.components.unanswered import UnansweredStore
 from rag.config import EmbeddingSettings, LLMSettings, Settings, StorageSettings, load_settings
 from rag.core.answer import QueryEngine
-from rag.core.errors import ConfigError, StoreInUse, StoreUnavailable
+from rag.core.errors import ConfigError, EmptyIndex, StoreInUse, StoreUnavailable
 from rag.core.ports import ChatModel, Embedder, KeywordStore, Searcher, sentence_encoder
 from rag.core.retrieve import Floors, Fusion, Retriever
 from rag.core.sanitize import LinkPolicy
@@ -365,6 +365,11 @@ class App:
         if self._engine is None:
             self._engine = build_engine(self.settings, self.embedder, self.store, self.llm)
         return self._engine
+
+    def require_documents(self) -> None:
+        """EmptyIndex, before any model loads, when nothing was ingested: a clear error in a second, not ten."""
+        if self._engine is None and self.store.count() == 0:
+            raise EmptyIndex.of(self.store.name)
 
     @property
     def retriever(self) -> Searcher:

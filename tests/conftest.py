@@ -251,6 +251,31 @@ def cli_env(settings: Settings) -> Iterator[dict[str, str]]:
     yield env
 
 
+@dataclass(frozen=True)
+class Ran:
+    """What a console script's command did: its exit status and what it printed."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_in_process(script: str, args: Sequence[str], env: dict[str, str]) -> Ran:
+    """`rag` or `rag-ingest` with ARGS as click runs it, in this process and with the RAG_* of `env` only: the
+    command path of the console script without a new interpreter loading the embedder again (~4-12 s a call).
+    Tests of the process itself (signals, exit on a crash) start the real script instead."""
+    from click.testing import CliRunner
+
+    from ingest.cli import main as ingest_main
+    from ui.cli import main as rag_main
+
+    command = {"rag": rag_main, "rag-ingest": ingest_main}[script]
+    rag_env: dict[str, str | None] = {k: v for k, v in env.items() if k.startswith("RAG_")}
+    rag_env |= {k: None for k in os.environ if k.startswith("RAG_") and k not in rag_env}
+    result = CliRunner().invoke(command, list(args), env=rag_env, catch_exceptions=False)
+    return Ran(result.exit_code, result.stdout, result.stderr)
+
+
 LLM_PORT = int(os.environ.get("RAG_TEST_LLM_PORT", "8011"))
 
 

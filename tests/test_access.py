@@ -8,7 +8,6 @@ from __future__ import annotations
 import functools
 import json
 import sqlite3
-import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from rag.config import Settings
 from rag.core.access import ANONYMOUS, LOCAL_OPERATOR, DocAccess, Principal
 from rag.core.retrieve import overfetch_for
 from rag.wiring import App, build_retriever, build_store
-from tests.conftest import REPO, STORE_MODES, CountingEmbedder, start_chroma
+from tests.conftest import STORE_MODES, CountingEmbedder, run_in_process, start_chroma
 from tests.fake_llm import FakeLLMServer
 from ui.api.app import create_app
 from ui.serving.services import build_services
@@ -106,8 +105,7 @@ def test_cli_search_as_groups(docs: Path, write: Write, settings: Settings, cli_
     service.sync([docs], settings, embedder=embedder)
 
     def search(*extra: str) -> str:
-        done = subprocess.run([str(REPO / ".venv/bin/rag"), "search", QUESTIONS[0], "--json", *extra], env=cli_env,
-                              capture_output=True, text=True, timeout=300)
+        done = run_in_process("rag", ["search", QUESTIONS[0], "--json", *extra], cli_env)
         assert done.returncode == 0, done.stderr
         return done.stdout
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rag.core.answer import QueryEngine
+from tests.conftest import run_in_process
 from tests.docs_factory import pdf_bytes
 
 BIN = Path(sys.executable).parent
@@ -22,7 +23,7 @@ def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[st
 def test_ingest_json_contract_and_exit_codes(docs: Path, write: Write, cli_env: dict[str, str]) -> None:
     write("guide.md", "# Printers\nTo add a printer, open Settings and choose Printers.")
     write("manual.pdf", pdf_bytes(["Page one.", "Page two mentions the firmware update."]))
-    result = _run([str(BIN / "rag-ingest"), str(docs), "--json"], cli_env)
+    result = _run([str(BIN / "rag-ingest"), str(docs), "--json"], cli_env)  # the console script itself, once
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout.strip().splitlines()[-1])
     assert set(summary) == {"added", "updated", "regrouped", "unchanged", "deleted", "skipped", "failed", "locked",
@@ -30,14 +31,14 @@ def test_ingest_json_contract_and_exit_codes(docs: Path, write: Write, cli_env: 
     assert (summary["added"], summary["chunks"], summary["failed"]) == (2, 3, [])
 
     write("broken.pdf", b"not a pdf at all")
-    result = _run([str(BIN / "rag-ingest"), str(docs), "--json"], cli_env)
-    assert result.returncode == 1
-    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    ran = run_in_process("rag-ingest", [str(docs), "--json"], cli_env)
+    assert ran.returncode == 1
+    summary = json.loads(ran.stdout.strip().splitlines()[-1])
     assert summary["failed"] == [{"path": "broken.pdf", "error": "not a PDF file (no %PDF header)"}]
     assert (summary["unchanged"], summary["chunks"]) == (2, 3)
-    assert "broken.pdf: not a PDF file" in result.stderr
+    assert "broken.pdf: not a PDF file" in ran.stderr
 
-    search = _run([str(BIN / "rag"), "search", "how do I update the firmware", "-k", "2", "--json"], cli_env)
+    search = run_in_process("rag", ["search", "how do I update the firmware", "-k", "2", "--json"], cli_env)
     assert search.returncode == 0, search.stderr
     hits = json.loads(search.stdout.strip().splitlines()[-1])["hits"]
     assert set(hits[0]) == {"source", "page", "score", "chunk_id", "text"}
@@ -54,7 +55,7 @@ def test_dry_run_json_and_usage_errors(docs: Path, write: Write, cli_env: dict[s
     bad = _run([str(BIN / "rag-ingest"), str(docs)], bad_env)
     assert bad.returncode == 2
     assert "RAG_CHUNK_TOKENS" in bad.stderr or "chunk_tokens" in bad.stderr
-    too_big = _run([str(BIN / "rag-ingest"), str(docs)], {**cli_env, "RAG_CHUNK_TOKENS": "400"})
+    too_big = run_in_process("rag-ingest", [str(docs)], {**cli_env, "RAG_CHUNK_TOKENS": "400"})
     assert too_big.returncode == 2
     assert "exceeds what" in too_big.stderr
 

@@ -141,9 +141,10 @@ def test_embedder_gives_normalized_rows_of_its_dimension(any_embedder: Embedder)
     texts = ["Staff get 25 days of annual leave per year.", "员工每年有二十五天年假。"]
     rows = any_embedder.embed_documents(texts)
     assert rows.shape == (2, any_embedder.dimension) and rows.dtype == np.float32
-    assert np.linalg.norm(rows, axis=1) == pytest.approx([1.0, 1.0], abs=1e-3)
+    # bf16 (the torch embedder on CPUs with native bf16) keeps 8 bits of mantissa: norms within 2^-8, not 1e-3.
+    assert np.linalg.norm(rows, axis=1) == pytest.approx([1.0, 1.0], abs=4e-3)
     query = any_embedder.embed_query("How many days of leave?")
-    assert query.shape == (any_embedder.dimension,) and float(np.linalg.norm(query)) == pytest.approx(1.0, abs=1e-3)
+    assert query.shape == (any_embedder.dimension,) and float(np.linalg.norm(query)) == pytest.approx(1.0, abs=4e-3)
     assert np.allclose(any_embedder.embed_documents(texts[:1]), rows[:1], atol=1e-4)  # alone or batched: the same
     assert any_embedder.max_tokens > 0 and any_embedder.name
 

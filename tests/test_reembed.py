@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -19,8 +18,7 @@ from rag.core.access import LOCAL_OPERATOR
 from rag.core.errors import ConfigError
 from rag.core.ports import Embedder, Vectors
 from rag.wiring import App, build_chroma_client, build_retriever, build_store, collection_name
-from tests.conftest import CountingEmbedder
-from tests.test_cli import BIN
+from tests.conftest import CountingEmbedder, run_in_process
 
 DOCS = {"printer.md": "# Printer\nTo replace the toner, open the front door and pull the cartridge out.",
         "vpn.md": "# VPN\nThe VPN client needs the company certificate installed before the first connection."}
@@ -116,17 +114,12 @@ def test_rag_ingest_reembed_then_syncs_the_given_folder(ingested: Settings, docs
                                                         write: Callable[[str, str], Path]) -> None:
     write("badge.md", "# Badges\nLost badges are replaced at the front desk on the ground floor.")
     env = cli_env | {"RAG_EMBED_MODEL": ingested.embed_model}
-    done = _run(["rag-ingest", "--reembed", str(docs), "--json"], env)
+    done = run_in_process("rag-ingest", ["--reembed", str(docs), "--json"], env)
     assert done.returncode == 0, done.stderr
     assert "Re-embedded" in done.stderr and json.loads(done.stdout.splitlines()[-1])["added"] == 1
     assert sources(ingested) == ["badge.md", "printer.md", "vpn.md"]
-    refused = _run(["rag-ingest", str(docs)], cli_env | {"RAG_EMBED_MODEL": "other/model"})
+    refused = run_in_process("rag-ingest", [str(docs)], cli_env | {"RAG_EMBED_MODEL": "other/model"})
     assert refused.returncode == 2 and "--reembed" in refused.stderr
-
-
-def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(BIN / args[0]), *args[1:]], env=env, capture_output=True, text=True, timeout=300,
-                          check=False)
 
 
 def test_a_running_server_follows_a_same_model_reembed_so_relabels_reach_it(

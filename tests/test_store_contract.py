@@ -4,7 +4,6 @@ the CLI, under concurrent ingests, and for an answer from the real vLLM server."
 from __future__ import annotations
 
 import json
-import subprocess
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -16,24 +15,19 @@ from rag.config import Settings
 from rag.core.access import LOCAL_OPERATOR
 from rag.core.errors import ConfigError
 from rag.wiring import build_engine, build_store
-from tests.conftest import REPO, STORE_MODES, CountingEmbedder, LLMServer
+from tests.conftest import STORE_MODES, CountingEmbedder, LLMServer, run_in_process
 
 pytestmark = STORE_MODES
-BIN = REPO / ".venv" / "bin"
 Write = Callable[[str, str | bytes], Path]
-
-
-def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(BIN / args[0]), *args[1:]], env=env, capture_output=True, text=True, timeout=300)
 
 
 def test_cli_ingests_and_searches(docs: Path, write: Write, cli_env: dict[str, str], settings: Settings) -> None:
     write("it/vpn.md", "# VPN\nInstall WireGuard and import the company profile to reach the intranet.")
     write("hr/leave.txt", "Staff get 25 days of annual leave per year.")
-    ingested = _run(["rag-ingest", str(docs), "--json"], cli_env)
+    ingested = run_in_process("rag-ingest", [str(docs), "--json"], cli_env)
     assert ingested.returncode == 0, ingested.stderr
     assert json.loads(ingested.stdout.splitlines()[-1])["added"] == 2
-    found = _run(["rag", "search", "How many days of leave do I get?", "--json"], cli_env)
+    found = run_in_process("rag", ["search", "How many days of leave do I get?", "--json"], cli_env)
     assert found.returncode == 0, found.stderr
     assert json.loads(found.stdout)["hits"][0]["source"] == "hr/leave.txt"
     assert build_store(settings).count() == 2

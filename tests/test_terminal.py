@@ -17,6 +17,7 @@ from rag.components.feedback import Feedback
 from rag.config import Settings
 from rag.core.sanitize import printable
 from rag.wiring import build_feedback_store
+from tests.conftest import run_in_process
 from tests.test_crash_steps import state
 
 BIN = Path(sys.executable).parent
@@ -53,7 +54,7 @@ def test_ingest_prints_names_and_yaml_errors_as_text_and_finishes(docs: Path, wr
     write("bad.md", BAD_FRONT_MATTER)
     write("pay.md", "# Pay\nSalaries are paid on the 25th.\n")
     write("pay.md.meta.yaml", "groups: [finance]\n")
-    result = _run([str(BIN / "rag-ingest"), str(docs)], cli_env)
+    result = run_in_process("rag-ingest", [str(docs)], cli_env)
     assert result.returncode == 1, result.stderr  # one file failed; the run went on to the end
     assert "Traceback" not in result.stderr and "MarkupError" not in result.stderr
     assert "bad.md: invalid YAML front matter" in result.stderr and "[/x] [red]boom[/red]" in result.stderr

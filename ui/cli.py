@@ -62,6 +62,7 @@ AS_HELP = "Answer as a reader holding these groups (`hr|finance`, \"\" for none)
 def search(app: App, question: str, k: int | None, as_json: bool, groups: str | None) -> None:
     """Print the chunks closest to QUESTION (source, page, score, text)."""
     with errors():
+        app.require_documents()
         # As the answers search: with translation.
         hits = app.retriever.search(question, k or app.settings.top_k, _principal(groups))
     if as_json:
@@ -80,6 +81,7 @@ def ask(app: App, question: str, k: int | None, as_json: bool, groups: str | Non
     """Answer QUESTION from the documents, streaming, with numbered sources."""
     with errors():
         principal = _principal(groups)
+        app.require_documents()
         engine = app.engine
         # With --json the stream goes to stderr so that stdout ends with exactly one JSON line.
         write: Callable[[str], object] = sys.stderr.write if as_json else sys.stdout.write

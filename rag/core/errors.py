@@ -1,5 +1,7 @@
 """A few named errors that the edges (CLI, API, UI) translate into messages and exit codes."""
 
+from __future__ import annotations
+
 
 class RagError(Exception):
     """Base class of every error the assistant reports to a user."""
@@ -15,6 +17,11 @@ class StoreUnavailable(RagError):
 
 class EmptyIndex(RagError):
     """The collection holds no chunks yet: run rag-ingest first."""
+
+    @classmethod
+    def of(cls, collection: str) -> EmptyIndex:
+        """The error for this collection, with what to do."""
+        return cls(f"collection {collection!r} is empty: run `rag-ingest PATH` first")
 
 
 class LLMUnavailable(RagError):

@@ -204,7 +204,7 @@ class Retriever:
         hits = [] if self.policy.sees_nothing(principal) else self._candidates(question, n, principal)
         # Counting only when nothing came back keeps the store round trip off every normal query.
         if not hits and self._dense.count() == 0:
-            raise EmptyIndex(f"collection {self._dense.name!r} is empty: run `rag-ingest PATH` first")
+            raise EmptyIndex.of(self._dense.name)
         hits = with_substance(hits)  # before a reranker, which then orders what it is given
         if not self.policy.sees_nothing(principal):
             hits = self._with_translation(question, hits, n, principal)
