@@ -1,5 +1,6 @@
 # make demo: set up what is missing, start the LLM server, ingest the samples, answer a question, serve the chat UI.
-# make test: set up what is missing, lint, run every test (starting the servers the tests need).
+# make test: set up what is missing, lint, run the tests (starting the servers the tests need).
+# make eval: the floors on the dev sets (CI runs it after make test).
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 PYTHON ?= python3
@@ -14,6 +15,7 @@ QWEN_GGUF := data/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
 TINY_MODEL_DIR := data/models/smollm2-135m-instruct
 DEMO_QUESTION ?= How do I create a Python virtual environment?
 DEMO_PORT ?= 8000
+TEST_WORKERS ?= $(shell nproc)
 # Browser tests drive Debian's Chromium (never a downloaded browser); database tests start Debian's PostgreSQL.
 CHROMIUM := /usr/bin/chromium
 POSTGRES := /usr/lib/postgresql
@@ -21,7 +23,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo stop test lint llm bench bench-quick clean
+.PHONY: setup demo stop test eval lint llm bench bench-quick clean
 
 setup: $(VENV)/.synced $(VLLM_VENV)/.synced $(MODEL_DIR)/config.json $(TINY_MODEL_DIR)/config.json
 	@# The CPU embedder runs the model exported to ONNX: export it now (once; cached), not in the first ingest.
@@ -79,8 +81,16 @@ $(CHROMIUM) $(POSTGRES):
 	$(SUDO) apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium postgresql
 
+# Unit tests (no vLLM, no browser) on every core, then the tests that drive real servers (one vLLM, Chromium, Chroma
+# and PostgreSQL servers) one at a time. The dev-set floors are `make eval` (CI runs both).
 test: setup lint $(CHROMIUM) $(POSTGRES)
-	$(BIN)/pytest -q --durations=30
+	$(BIN)/pytest -q -n $(TEST_WORKERS) -m "not slow and not integration and not eval" --durations=15
+	$(BIN)/pytest -q -m "(slow or integration) and not eval" --durations=30
+
+# Retrieval and answer floors on the dev sets (data/eval): every corpus ingested, the real LLM for answers and
+# translations; tens of minutes on a 2-core CPU.
+eval: setup
+	$(BIN)/pytest -q -m eval --durations=30
 
 bench: setup
 	$(BIN)/python -m benchmarks.ingest_throughput

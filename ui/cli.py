@@ -142,7 +142,8 @@ def _print_sources(answer: Answer) -> None:
 @click.option("--dump", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="With --answers: write each question's answer to this JSONL file (to read them).")
 @click.option("--parallel", type=click.IntRange(1, 16), default=1, show_default=True,
-              help="With --answers: questions in flight at once.")
+              help="Questions in flight at once (the LLM batches translations and answers; latencies then include "
+              "the wait).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
 @pass_app
 def eval_command(app: App, cases_file: Path, k: int, mode: str | None, answers: bool, split: str | None,
@@ -157,7 +158,7 @@ def eval_command(app: App, cases_file: Path, k: int, mode: str | None, answers: 
         retriever = engine.retriever
         retriever.warm()  # latency percentiles measure questions, not the one-off index build
         report = evaluate(cases, lambda question, k: retriever.search(question, k, LOCAL_OPERATOR),
-                          engine.threshold_for)
+                          engine.threshold_for, parallel)
         searched = retriever.mode if isinstance(retriever, Retriever) else settings.retrieval_mode
         body = report.as_json() | {"mode": searched, "k": k, "thresholds": {
             "en": settings.tuning.refusal_threshold, "cjk": settings.tuning.refusal_threshold_cjk}}

@@ -90,18 +90,24 @@ class Report:
 
 
 def evaluate(cases: Sequence[Case], search: Callable[[str, int], list[Hit]],
-             threshold_for: Callable[[str], float]) -> Report:
+             threshold_for: Callable[[str], float], parallel: int = 1) -> Report:
     """Run every question through `search` (top 10) and score ranks, refusals (at each question's threshold) and
-    latency; suggest thresholds for English and Chinese questions separately (their scores differ in scale)."""
+    latency; suggest thresholds for English and Chinese questions separately (their scores differ in scale). With
+    `parallel` > 1 that many searches run at once (an LLM that translates questions batches them); latencies then
+    include the wait for a turn."""
     ranks: list[int | None] = []
     best: list[tuple[float, bool]] = []
     margins: list[tuple[float, bool]] = []
-    latencies: list[float] = []
     misses: list[str] = []
-    for case in cases:
+
+    def timed(question: str) -> tuple[list[Hit], float]:
         started = time.perf_counter()
-        hits = search(case.question, max(RANKS))
-        latencies.append((time.perf_counter() - started) * 1000)
+        hits = search(question, max(RANKS))
+        return hits, (time.perf_counter() - started) * 1000
+
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        searched = list(pool.map(timed, [case.question for case in cases]))
+    for case, (hits, _) in zip(cases, searched, strict=True):
         top = hits[0].score if hits else 0.0
         best.append((top, case.answerable))
         margins.append((top - threshold_for(case.question), case.answerable))
@@ -110,6 +116,7 @@ def evaluate(cases: Sequence[Case], search: Callable[[str, int], list[Hit]],
             ranks.append(rank)
             if rank is None or rank > 3:
                 misses.append(case.question)
+    latencies = [latency for _, latency in searched]
     found = [rank for rank in ranks if rank is not None]
     recall = {f"@{k}": _ratio(sum(rank <= k for rank in found), len(ranks)) for k in RANKS}
     mrr = round(sum(1 / rank for rank in found) / len(ranks), 4) if ranks else 0.0
