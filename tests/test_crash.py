@@ -10,7 +10,9 @@ import sys
 import time
 from pathlib import Path
 
+from ingest import service
 from rag.config import Settings
+from rag.core.ports import Embedder
 from rag.wiring import build_store
 
 BIN = Path(sys.executable).parent
@@ -39,7 +41,7 @@ def _ingest(docs: Path, data_dir: Path) -> subprocess.Popen[bytes]:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def test_sigkill_mid_run_then_rerun_converges(tmp_path: Path) -> None:
+def test_sigkill_mid_run_then_rerun_converges(tmp_path: Path, real_embedder: Embedder) -> None:
     docs = tmp_path / "docs"
     docs.mkdir()
     _corpus(docs)
@@ -55,7 +57,9 @@ def test_sigkill_mid_run_then_rerun_converges(tmp_path: Path) -> None:
     assert 0 < done_before_kill < FILES, "the kill must land mid-run"
 
     assert _ingest(docs, crashed).wait(timeout=600) == 0
-    assert _ingest(docs, clean).wait(timeout=600) == 0
+    # The reference: a clean ingest in this process (same code path, the session's model, no second interpreter).
+    clean_settings = Settings(data_dir=clean, ingest_batch_chunks=24, _env_file=None)  # type: ignore[call-arg]
+    assert not service.sync([docs], clean_settings, embedder=real_embedder)[1].failed
 
     after_crash = build_store(Settings(data_dir=crashed, _env_file=None))  # type: ignore[call-arg]
     reference = build_store(Settings(data_dir=clean, _env_file=None))  # type: ignore[call-arg]
