@@ -6,11 +6,10 @@ import hashlib
 import re
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 
-from rag.core.access import DocAccess, Principal
+from rag.core.access import DocAccess, Principal, Visible
 from rag.core.ports import Admits, Delta, DenseIndex, KeywordSearch, Stop, Stopped, Usage, Vectors
 from rag.core.prompt import Message
 from rag.core.retrieve import Retriever
@@ -123,9 +122,10 @@ class MemoryIndex:
         hits = [replace(self.hits[i], score=round(float(self.vectors[i] @ query), 6)) for i in ids if i in self.hits]
         return [hit for hit in hits if admits is None or admits(hit.access)]
 
-    def search(self, query: Vectors, k: int, where: dict[str, Any] | None = None, admits: Admits | None = None,
-               overfetch: int = 0, likely: Callable[[str], bool] | None = None) -> list[Hit]:
-        """The k closest admitted chunks, best first (`admits` is the access rule; `where` is Chroma's form of it)."""
+    def search(self, query: Vectors, k: int, visible: Visible | None = None, overfetch: int = 0,
+               likely: Callable[[str], bool] | None = None) -> list[Hit]:
+        """The k closest visible chunks, best first (the stored label decides)."""
+        admits = visible.admits if visible is not None else None
         return sorted(self._scored(self.hits, query, admits), key=lambda hit: hit.score, reverse=True)[:k]
 
     def fetch(self, ids: Sequence[str], query: Vectors, admits: Admits | None = None) -> list[Hit]:

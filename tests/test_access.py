@@ -5,7 +5,6 @@ canary, so only the excerpts decide what is shown. The same suite against real v
 
 from __future__ import annotations
 
-import functools
 import json
 import sqlite3
 from collections.abc import Callable, Iterator
@@ -215,12 +214,13 @@ def test_the_unfiltered_look_ahead_gives_the_filtered_query_s_answer(docs: Path,
     index, policy = build_store(settings), settings.access_policy
     assert index.keyword is not None
     query = embedder.embed_query("When do deploys happen and where do staff park?")
-    admits = functools.partial(policy.label_allows, ENG)
-    (_, likely), where = index.keyword.visibility(admits), policy.where(ENG)
-    filtered = [hit.chunk_id for hit in index.dense.search(query, 3, where)]
-    assert [hit.chunk_id for hit in index.dense.search(query, 3, where, admits, 6, likely)] == filtered
-    assert len(index.dense.search(query, 4, where, admits, 5, likely)) == 4  # too few: the filtered query
-    assert not leaks(" ".join(h.text for h in index.dense.search(query, 4, where, admits, 6, lambda _: True)))
+    visible = policy.visible_to(ENG)
+    assert visible is not None
+    _, likely = index.keyword.visibility(visible.admits)
+    filtered = [hit.chunk_id for hit in index.dense.search(query, 3, visible)]
+    assert [hit.chunk_id for hit in index.dense.search(query, 3, visible, 6, likely)] == filtered
+    assert len(index.dense.search(query, 4, visible, 5, likely)) == 4  # too few: the filtered query
+    assert not leaks(" ".join(h.text for h in index.dense.search(query, 4, visible, 6, lambda _: True)))
     assert (overfetch_for(20, 0.19), overfetch_for(20, 1.0), overfetch_for(20, 0.005)) == (211, 200, 0)
 
 

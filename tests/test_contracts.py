@@ -119,10 +119,12 @@ def test_dense_index_returns_the_nearest_with_their_cosines(dense_index: DenseIn
 
 def test_dense_index_filters_by_access_and_fetches_by_id(dense_index: DenseIndex) -> None:
     query = HashingEncoder().embed_query("toner printers and annual leave days")
-    admits = functools.partial(POLICY.label_allows, HR_READER)
-    seen = dense_index.search(query, 4, POLICY.where(HR_READER), admits)
+    visible = POLICY.visible_to(HR_READER)
+    assert visible is not None and POLICY.visible_to(LOCAL_OPERATOR) is None
+    seen = dense_index.search(query, 4, visible)
     assert "printer" not in {hit.chunk_id for hit in seen} and "leave" in {hit.chunk_id for hit in seen}
-    assert len(dense_index.search(query, 4, POLICY.where(LOCAL_OPERATOR))) == 4
+    assert len(dense_index.search(query, 4)) == 4
+    admits = visible.admits
     fetched = dense_index.fetch(["printer", "leave"], query, admits)
     assert [hit.chunk_id for hit in fetched] == ["leave"] and fetched[0].score > 0
 

@@ -9,6 +9,7 @@ could not be read is *locked*: only a principal holding every group (the local o
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -160,17 +161,22 @@ class AccessPolicy:
         """True when no document can be visible to the principal (no groups, ungrouped private)."""
         return not principal.all_groups and not principal.groups and not self.ungrouped_public
 
-    def where(self, principal: Principal) -> dict[str, Any] | None:
-        """The Chroma `where` filter for the principal (None: no restriction). Built only from configured group
-        names, never from request text; call `sees_nothing` first (an empty filter cannot be expressed)."""
-        if principal.all_groups:
-            return None
-        clauses: list[dict[str, Any]] = [{"access": {"$eq": OPEN}}] if self.ungrouped_public else []
-        clauses += [{GROUP_KEY + group: {"$eq": True}} for group in sorted(principal.groups)]
-        if not clauses:
-            raise ValueError("the principal sees nothing: check sees_nothing() before building a filter")
-        return clauses[0] if len(clauses) == 1 else {"$or": clauses}
-
     def label_allows(self, principal: Principal, label: str | None) -> bool:
         """`allows` for a stored label (keyword index, manifest)."""
         return self.allows(principal, DocAccess.from_label(label))
+
+    def visible_to(self, principal: Principal) -> Visible | None:
+        """What a search must restrict itself to for the principal (None: nothing to restrict)."""
+        return None if principal.all_groups else Visible(principal.groups, self.ungrouped_public,
+                                                         lambda label: self.label_allows(principal, label))
+
+
+@dataclass(frozen=True, slots=True)
+class Visible:
+    """The documents one asker may see, as a store filters by them: their groups, whether ungrouped documents are
+    public, and the whole rule on a stored label (`admits`, which also keeps locked documents out). Each store turns
+    this into its own query (Chroma's `where`: rag.components.store)."""
+
+    groups: frozenset[str]
+    ungrouped_public: bool
+    admits: Callable[[str], bool]

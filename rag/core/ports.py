@@ -7,13 +7,13 @@ import threading
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
 if TYPE_CHECKING:
-    from rag.core.access import DocAccess, Principal
+    from rag.core.access import DocAccess, Principal, Visible
     from rag.core.prompt import Message
     from rag.core.types import Chunk, Hit
 
@@ -70,14 +70,15 @@ class KeywordHit:
 
 
 class DenseIndex(Protocol):
-    """Search by meaning; `where` is a filter built by rag.core.access (None: no restriction)."""
+    """Search by meaning, restricted to what the asker may see (`visible`; None: no restriction), which each index
+    turns into its own filter."""
 
     name: str
 
-    def search(self, query: Vectors, k: int, where: dict[str, Any] | None = None, admits: Admits | None = None,
-               overfetch: int = 0, likely: Callable[[str], bool] | None = None) -> list[Hit]:
-        """The k closest chunks the filter admits, best first (`admits`: the same rule on stored labels, `likely`:
-        on a copy by chunk id; together they let the index look at the `overfetch` nearest unfiltered first)."""
+    def search(self, query: Vectors, k: int, visible: Visible | None = None, overfetch: int = 0,
+               likely: Callable[[str], bool] | None = None) -> list[Hit]:
+        """The k closest visible chunks, best first (`likely`: the rule on a copy of the labels by chunk id; with
+        it the index may look at the `overfetch` nearest unfiltered first)."""
         ...
 
     def fetch(self, ids: Sequence[str], query: Vectors, admits: Admits | None = None) -> list[Hit]:

@@ -11,7 +11,6 @@ so the top k are full whenever enough visible chunks exist; every hit is checked
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 import re
@@ -260,13 +259,12 @@ class Retriever:
 
     def _candidates(self, question: str, n: int, principal: Principal) -> list[Hit]:
         query = self._embedder.embed_query(question)
-        where = self.policy.where(principal)
-        admits: Admits | None = None if principal.all_groups else functools.partial(self.policy.label_allows,
-                                                                                      principal)
+        visible = self.policy.visible_to(principal)
+        admits = visible.admits if visible is not None else None
         look_ahead = self._look_ahead(n, admits)
         if self.mode == "dense" or self._keyword is None:
-            return self._calibrated(question, self._dense.search(query, n, where, admits, *look_ahead))
-        dense = self._dense.search(query, n, where, admits, *look_ahead) if self.mode == "hybrid" else []
+            return self._calibrated(question, self._dense.search(query, n, visible, *look_ahead))
+        dense = self._dense.search(query, n, visible, *look_ahead) if self.mode == "hybrid" else []
         keyword = self._keyword.search(question, n, include=[hit.chunk_id for hit in dense], admits=admits)
         seen = {hit.chunk_id for hit in dense}
         extra = self._dense.fetch([hit.chunk_id for hit in keyword if hit.chunk_id not in seen], query, admits)
