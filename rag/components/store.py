@@ -188,8 +188,8 @@ class ChromaStore:
         """The k chunks closest to a normalized query vector that the asker may see, best first.
 
         With `overfetch` (> k) and `likely` (the rule on a copy of the labels by chunk id, e.g. the keyword
-        index's), the nearest `overfetch` ids are read without the
-        filter first and the first k likely ones kept, then their stored labels checked. When all k pass they are
+        index's), the nearest `overfetch` ids are read without the filter first and the first k likely ones kept,
+        then their stored labels checked (`visible.admits`). When all k pass they are
         the k nearest admitted chunks of the index's (approximate, HNSW) nearest list: as accurate as an unfiltered
         search (recall@20 against exact search 0.92; unfiltered HNSW 0.91, Chroma's filter 0.98). Chroma's
         filtered query costs ~18 µs per chunk it admits (0.3 s at 20k of 100k), while ids and distances cost
