@@ -14,12 +14,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from rich.progress import Progress as RichProgress
 from rich.table import Table
 
-from ingest import service
 from ingest.pipeline import Plan, Report
 from ingest.reembed import reembed as reembed_collection
+from ingest.service import library
 from ingest.terminal import plain
 from ingest.watch import Stopped, Watcher
-from rag.config import Settings
 from rag.core.errors import RagError
 from rag.wiring import App, hold_embedded_store
 
@@ -108,7 +107,7 @@ def main(ctx: click.Context, paths: tuple[Path, ...], dry_run: bool, as_json: bo
                 held.enter_context(hold_embedded_store(settings, _what(paths, reembed, watch)))
             if watch:
                 sys.exit(_watch(Watcher(paths, app, console, prune=not no_prune)))
-            report = _run(paths, settings, console, as_json, dry_run=dry_run, prune=not no_prune, reembed=reembed)
+            report = _run(paths, app, console, as_json, dry_run=dry_run, prune=not no_prune, reembed=reembed)
         except RagError as exc:
             Console(stderr=True).print(f"[red]error:[/red] {plain(exc)}", highlight=False, soft_wrap=True)
             sys.exit(2)
@@ -117,21 +116,21 @@ def main(ctx: click.Context, paths: tuple[Path, ...], dry_run: bool, as_json: bo
         sys.exit(1 if report.failed else 0)
 
 
-def _run(paths: tuple[Path, ...], settings: Settings, console: Console, as_json: bool, *, dry_run: bool,
+def _run(paths: tuple[Path, ...], app: App, console: Console, as_json: bool, *, dry_run: bool,
          prune: bool, reembed: bool) -> Report | None:
     """Re-embed, plan or sync as asked; the sync's report (None when there is nothing more to print)."""
     if reembed:
         if dry_run:
             raise click.UsageError("--reembed does not combine with --dry-run")
-        _run_reembed(settings, console, as_json and not paths)
+        _run_reembed(app, console, as_json and not paths)
         if not paths:
             return None
     if dry_run:
-        _print_plan(service.dry_run(paths, settings, prune=prune), console, as_json)
+        _print_plan(library(app).dry_run(paths, prune=prune), console, as_json)
         return None
     progress = BarProgress(Console(stderr=True))
     with progress.bars:
-        return service.sync(paths, settings, prune=prune, progress=progress, what=_what(paths, reembed))[1]
+        return library(app).sync(paths, prune=prune, progress=progress, what=_what(paths, reembed))[1]
 
 
 def _what(paths: tuple[Path, ...], reembed: bool, watch: bool = False) -> str:
@@ -165,15 +164,16 @@ def _watch(watcher: Watcher) -> int:
     return 0
 
 
-def _run_reembed(settings: Settings, console: Console, as_json: bool) -> None:
+def _run_reembed(app: App, console: Console, as_json: bool) -> None:
     bars = RichProgress(TextColumn("{task.description:>7}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         console=Console(stderr=True))
     task = bars.add_task("chunks", total=None)
     with bars:
-        done = reembed_collection(settings, on_chunks=lambda n, total: bars.update(task, completed=n, total=total))
+        done = reembed_collection(app, on_chunks=lambda n, total: bars.update(task, completed=n, total=total))
+    model = app.settings.embed_model
     console.print(f"Re-embedded {done.chunks} chunks of {done.documents} documents from {done.source!r} "
-                  f"({done.source_model}) into {done.generation!r} ({settings.embed_model}); processes started "
-                  f"with RAG_EMBED_MODEL={settings.embed_model} now use it. {done.kept!r} is kept for servers still "
+                  f"({done.source_model}) into {done.generation!r} ({model}); processes started "
+                  f"with RAG_EMBED_MODEL={model} now use it. {done.kept!r} is kept for servers still "
                   "running with the old model (restart them) until the next re-embed."
                   + (f" Dropped: {', '.join(done.dropped)}." if done.dropped else ""), highlight=False, markup=False)
     if as_json:

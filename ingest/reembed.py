@@ -14,13 +14,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ingest.manifest import Manifest
-from ingest.service import ingest_lock, open_manifest
+from ingest.service import Library, library
 from rag.components.collections import CollectionRegistry
 from rag.components.store import ChromaStore
 from rag.config import Settings
 from rag.core.errors import ConfigError
-from rag.core.ports import Embedder
-from rag.wiring import build_chroma_client, build_embedder, copy_shared_keyword_index, drop_keyword_index, keyword_path
+from rag.wiring import App, build_chroma_client, copy_shared_keyword_index, drop_keyword_index, keyword_path
 
 if TYPE_CHECKING:
     from chromadb.api import ClientAPI
@@ -41,35 +40,36 @@ class Reembedded:
     dropped: tuple[str, ...]  # older generations deleted now
 
 
-def reembed(settings: Settings, embedder: Embedder | None = None,
-            on_chunks: Callable[[int, int], None] = lambda done, total: None) -> Reembedded:
-    """Copy RAG_COLLECTION's current generation into a new one embedded with RAG_EMBED_MODEL and register it."""
+def reembed(app: App, on_chunks: Callable[[int, int], None] = lambda done, total: None) -> Reembedded:
+    """Copy RAG_COLLECTION's current generation into a new one embedded with the app's embedder (RAG_EMBED_MODEL)
+    and register it."""
+    settings, documents = app.settings, library(app)
     registry = CollectionRegistry(settings.index_dir)
     client = build_chroma_client(settings)
-    with ingest_lock(settings, "rag-ingest --reembed"):
-        _drop_leftovers(settings, registry, client)
+    with documents.lock("rag-ingest --reembed"):
+        _drop_leftovers(settings, documents, registry, client)
         source = registry.current(settings.collection)
         source_model = ChromaStore.stored_model(client, source)
         if source_model is None:
             raise ConfigError(f"nothing to re-embed: collection {source!r} does not exist yet; run rag-ingest PATHS")
         generation = registry.new_name(settings.collection, settings.embed_model)
         try:
-            chunks, documents = _build(settings, client, (source, source_model), generation, embedder, on_chunks)
+            chunks, copied = _build(app, documents, client, (source, source_model), generation, on_chunks)
         except BaseException:
-            _drop(settings, client, generation)  # an unfinished generation never becomes visible
+            _drop(settings, documents, client, generation)  # an unfinished generation never becomes visible
             raise
         replaced = registry.register(settings.collection, settings.embed_model, generation, source, source_model)
         for name in replaced.dropped:
-            _drop(settings, client, name)
-    return Reembedded(source, source_model, generation, chunks, documents, replaced.kept, replaced.dropped)
+            _drop(settings, documents, client, name)
+    return Reembedded(source, source_model, generation, chunks, copied, replaced.kept, replaced.dropped)
 
 
-def _build(settings: Settings, client: ClientAPI, source_and_model: tuple[str, str], generation: str,
-           embedder: Embedder | None, on_chunks: Callable[[int, int], None]) -> tuple[int, int]:
+def _build(app: App, documents: Library, client: ClientAPI, source_and_model: tuple[str, str], generation: str,
+           on_chunks: Callable[[int, int], None]) -> tuple[int, int]:
     source = source_and_model[0]
     old = ChromaStore(client, *source_and_model)
-    new = ChromaStore(client, generation, settings.embed_model)
-    embedder = embedder or build_embedder(settings)
+    new = ChromaStore(client, generation, app.settings.embed_model)
+    embedder = app.embedder
     ids = sorted(old.all_ids())
     for start in range(0, len(ids), PAGE):
         page_ids, texts, metas = old.rows(ids[start : start + PAGE])
@@ -77,8 +77,8 @@ def _build(settings: Settings, client: ClientAPI, source_and_model: tuple[str, s
         on_chunks(min(start + PAGE, len(ids)), len(ids))
     if new.count() != len(ids):
         raise ConfigError(f"re-embed incomplete: {new.count()} of {len(ids)} chunks stored; the old collection stays")
-    _copy_keyword(settings, source, generation)
-    with open_manifest(settings, source) as before, open_manifest(settings, generation) as after:
+    _copy_keyword(app.settings, source, generation)
+    with documents.manifest(source) as before, documents.manifest(generation) as after:
         return len(ids), _copy_manifest(before, after)
 
 
@@ -101,17 +101,17 @@ def _copy_manifest(before: Manifest, after: Manifest) -> int:
     return len(entries)
 
 
-def _drop(settings: Settings, client: ClientAPI, name: str) -> None:
+def _drop(settings: Settings, documents: Library, client: ClientAPI, name: str) -> None:
     ChromaStore.drop(client, name)
     drop_keyword_index(settings, name)
-    with open_manifest(settings, name) as manifest:
+    with documents.manifest(name) as manifest:
         manifest.clear()
 
 
-def _drop_leftovers(settings: Settings, registry: CollectionRegistry, client: ClientAPI) -> None:
+def _drop_leftovers(settings: Settings, documents: Library, registry: CollectionRegistry, client: ClientAPI) -> None:
     """Generations a killed re-embed created but never registered."""
     known = registry.generations(settings.collection)
     prefix = f"{settings.collection}--"
     for collection in client.list_collections():
         if collection.name.startswith(prefix) and collection.name not in known:
-            _drop(settings, client, collection.name)
+            _drop(settings, documents, client, collection.name)

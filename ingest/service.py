@@ -1,10 +1,12 @@
-"""Sync as a use case: the functions that rag-ingest and the API (uploads, /v1/sync, documents) call."""
+"""Sync as a use case: a Library holds one collection's parts (manifest, lock, store, embedder, limits) and is what
+rag-ingest, its watcher, re-embed and the API (uploads, /v1/sync, documents) call; `library` builds it from an App."""
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from ingest import files
@@ -17,108 +19,147 @@ from rag.components.index import Index
 from rag.config import Settings
 from rag.core.errors import IngestBusy
 from rag.core.ports import Embedder
-from rag.wiring import build_embedder, build_store, collection_name, tokenizer_path
+from rag.wiring import App, tokenizer_path
 
 
-def open_manifest(settings: Settings, collection: str | None = None) -> Manifest:
-    """The manifest of the configured store and collection (or of the given Chroma collection)."""
-    scope = f"{settings.chroma_url or 'embedded'}|{collection or collection_name(settings)}"
-    return Manifest(settings.index_dir / "manifest.sqlite3", scope)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SyncLimits:
+    """What a sync reads besides its parts: file size cap, parse timeout, batch and worker counts, chunk sizes."""
+
+    max_file_bytes: int
+    parse_timeout_s: float
+    batch_chunks: int
+    parse_workers: int
+    writers: int
+    embed_model: str  # RAG_EMBED_MODEL: its (first) model's tokenizer sizes the chunks
+    chunk_tokens: int
+    overlap_tokens: int
 
 
-@contextlib.contextmanager
-def ingest_lock(settings: Settings, what: str, deadline: float | None = None) -> Iterator[None]:
-    """One writer at a time per data dir (manifest, keyword index, embedded Chroma): wait until `deadline`
-    (time.monotonic(); default RAG_INGEST_WAIT_S from now), then IngestBusy saying what holds it and since when."""
-    deadline = time.monotonic() + settings.ingest_wait_s if deadline is None else deadline
-    path = settings.index_dir / "ingest.lock"
-    try:
-        with filelock.exclusive(path, what, deadline):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Library:
+    """The documents of one collection and the changes to them, one writer at a time per data dir. The store and
+    the embedder come through callables: a sync with nothing to embed never loads the model."""
+
+    collection: str
+    store_url: str  # the Chroma server's URL, or "embedded": manifests are kept per store and collection
+    index_dir: Path
+    documents_dir: Path
+    wait_s: float  # how long a change waits for the ingest lock by default (RAG_INGEST_WAIT_S)
+    limits: SyncLimits
+    store: Callable[[], Index]
+    embedder: Callable[[], Embedder]
+
+    def manifest(self, collection: str | None = None) -> Manifest:
+        """The manifest of this collection (or of another one of the same store: a re-embed's generations)."""
+        return Manifest(self.index_dir / "manifest.sqlite3", f"{self.store_url}|{collection or self.collection}")
+
+    @contextlib.contextmanager
+    def lock(self, what: str, deadline: float | None = None) -> Iterator[None]:
+        """One writer at a time per data dir (manifest, keyword index, embedded Chroma): wait until `deadline`
+        (time.monotonic(); default RAG_INGEST_WAIT_S from now), then IngestBusy saying what holds it and since
+        when."""
+        deadline = time.monotonic() + self.wait_s if deadline is None else deadline
+        try:
+            with filelock.exclusive(self.index_dir / "ingest.lock", what, deadline):
+                yield
+        except filelock.Taken as taken:
+            raise IngestBusy(f"another ingest is running: {taken.holder.describe()}; try again when it ends",
+                             running=taken.holder.as_json()) from None
+
+    @contextlib.contextmanager
+    def change(self, what: str, deadline: float | None = None) -> Iterator[None]:
+        """The ingest lock, then the leftovers of crashed uploads and deletes settled before anything else changes
+        (what the API's changes hold)."""
+        with self.lock(what, deadline):
+            self.settle_leftovers()
             yield
-    except filelock.Taken as taken:
-        raise IngestBusy(f"another ingest is running: {taken.holder.describe()}; try again when it ends",
-                         running=taken.holder.as_json()) from None
+
+    def sync(self, paths: Sequence[Path], *, prune: bool = True, progress: Progress | None = None,
+             locked: bool = False, what: str = "rag-ingest", within: Path | None = None) -> tuple[Plan, Report]:
+        """Plan and run a sync of paths under the ingest lock (`locked`: the caller holds it already). Files given
+        by name are named relative to `within` (the folder whose syncs would find them), else to their own."""
+        if not locked:
+            with self.lock(what):
+                return self.sync(paths, prune=prune, progress=progress, locked=True, within=within)
+        with self.manifest() as manifest:
+            if manifest.pending():
+                repair_pending(self.store(), manifest)  # before planning: a repaired entry is planned again
+            plan = plan_sync(paths, manifest, self.limits.max_file_bytes, prune=prune, within=within)
+            if plan.tasks:
+                warm_parsers()  # the parser server starts while the embedder loads
+            store = self.store()
+            embedder = self.embedder() if plan.tasks else None
+            limits = self.limits
+            spec = (ChunkSpec(tokenizer_path(limits.embed_model), limits.chunk_tokens, limits.overlap_tokens,
+                              embedder.max_tokens) if embedder else ChunkSpec("", 0, 0, 0))
+            report = run_sync(plan, embedder, store, manifest, spec, limits.parse_timeout_s, progress,
+                              limits.batch_chunks, parse_workers=limits.parse_workers, writers=limits.writers)
+            store.sync_keyword()  # repairs what a crash (or an index older than keyword search) left out
+        return plan, report
+
+    def settle_leftovers(self) -> list[str]:
+        """Settle the hidden files that crashed uploads and deletes left in the documents folder (call with the
+        ingest lock held): the names settled."""
+        folder = self.documents_dir.resolve()
+        with self.manifest() as manifest:
+            committed = {entry.source: entry.content_hash
+                         for entry in manifest.entries(root=folder.as_posix()).values()}
+        return files.clean_leftovers(folder, committed)
+
+    def settle_when_idle(self) -> list[str]:
+        """At a server's start: settle the leftovers unless an ingest is running (then the next API change does)."""
+        try:
+            with self.lock("clean-up of leftovers at start", deadline=time.monotonic()):
+                return self.settle_leftovers()
+        except IngestBusy:
+            return []
+
+    def dry_run(self, paths: Sequence[Path], *, prune: bool = True) -> Plan:
+        """The plan alone: nothing is parsed, embedded or written."""
+        with self.manifest() as manifest:
+            return plan_sync(paths, manifest, self.limits.max_file_bytes, prune=prune)
+
+    def documents(self) -> list[Entry]:
+        """Every ingested file of the collection, by source."""
+        with self.manifest() as manifest:
+            return sorted(manifest, key=lambda entry: (entry.root, entry.source))
+
+    def entry_at(self, path: Path) -> Entry | None:
+        """The entry of the file at `path`; None when it was not ingested."""
+        return next((entry for entry in self.documents() if Path(entry.root) / entry.source == path), None)
+
+    def find(self, doc_id: str) -> Entry | None:
+        """One ingested file's entry by id; None when unknown."""
+        with self.manifest() as manifest:
+            return manifest.entries().get(doc_id)
+
+    def delete(self, doc_id: str, *, locked: bool = False) -> Entry | None:
+        """Remove one document's chunks and its manifest entry; None when the id is unknown."""
+        if not locked:
+            with self.lock(f"delete of document {doc_id}"):
+                return self.delete(doc_id, locked=True)
+        with self.manifest() as manifest:
+            entry = manifest.entries().get(doc_id)
+            if entry is not None:
+                remove_document(self.store(), manifest, entry)
+            return entry
 
 
-def chunk_spec(settings: Settings, embedder: Embedder) -> ChunkSpec:
-    """Chunk sizes from settings, the hard limit from the embedder."""
-    return ChunkSpec(tokenizer_path(settings.embed_model), settings.chunk_tokens,
-                     settings.chunk_overlap_tokens, embedder.max_tokens)
+def library(app: App, store: Index | None = None, embedder: Embedder | None = None) -> Library:
+    """The Library of the app's collection with the app's store and embedder, loaded on first need (or those
+    given: a server's, loaded at its start)."""
+    settings = app.settings
+    limits = SyncLimits(max_file_bytes=settings.max_file_bytes, parse_timeout_s=settings.parse_timeout_s,
+                        batch_chunks=settings.ingest_batch_chunks, parse_workers=settings.parse_workers,
+                        writers=settings.ingest_writers, embed_model=settings.embed_model,
+                        chunk_tokens=settings.chunk_tokens, overlap_tokens=settings.chunk_overlap_tokens)
+    return Library(collection=store.name if store else app.collection, store_url=settings.chroma_url or "embedded",
+                   index_dir=settings.index_dir, documents_dir=settings.documents_dir, wait_s=settings.ingest_wait_s,
+                   limits=limits, store=lambda: store or app.store, embedder=lambda: embedder or app.embedder)
 
 
-def sync(paths: Sequence[Path], settings: Settings, *, prune: bool = True, progress: Progress | None = None,
-         embedder: Embedder | None = None, store: Index | None = None, locked: bool = False,
-         what: str = "rag-ingest", within: Path | None = None) -> tuple[Plan, Report]:
-    """Plan and run a sync of paths under the ingest lock (`locked`: the caller holds it already); the embedder is
-    loaded only when some file needs embedding. Files given by name are named relative to `within` (the folder
-    whose syncs would find them), else to their own folder."""
-    if not locked:
-        with ingest_lock(settings, what):
-            return sync(paths, settings, prune=prune, progress=progress, embedder=embedder, store=store, locked=True,
-                        within=within)
-    # A server passes the store it opened at start: its collection, even if a re-embed registered a newer one.
-    collection = store.name if store else collection_name(settings)
-    with open_manifest(settings, collection) as manifest:
-        if manifest.pending():
-            store = store or build_store(settings, collection=collection)
-            repair_pending(store, manifest)  # before planning: a repaired entry is planned again
-        plan = plan_sync(paths, manifest, settings.max_file_bytes, prune=prune, within=within)
-        if plan.tasks:
-            warm_parsers()  # the parser server starts while the embedder loads
-        store = store or build_store(settings, collection=collection)
-        if plan.tasks and embedder is None:
-            embedder = build_embedder(settings)
-        spec = chunk_spec(settings, embedder) if embedder else ChunkSpec("", 0, 0, 0)
-        report = run_sync(plan, embedder, store, manifest, spec, settings.parse_timeout_s, progress,
-                          settings.ingest_batch_chunks, parse_workers=settings.parse_workers,
-                          writers=settings.ingest_writers)
-        store.sync_keyword()  # repairs what a crash (or an index older than keyword search) left out
-    return plan, report
-
-
-def settle_leftovers(settings: Settings, collection: str | None = None) -> list[str]:
-    """Settle the hidden files that crashed uploads and deletes left in the documents folder (call with the ingest
-    lock held): the names settled."""
-    folder = settings.documents_dir.resolve()
-    with open_manifest(settings, collection) as manifest:
-        committed = {entry.source: entry.content_hash for entry in manifest.entries(root=folder.as_posix()).values()}
-    return files.clean_leftovers(folder, committed)
-
-
-def settle_when_idle(settings: Settings, collection: str | None = None) -> list[str]:
-    """At a server's start: settle the leftovers unless an ingest is running (then the next API change does)."""
-    try:
-        with ingest_lock(settings, "clean-up of leftovers at start", deadline=time.monotonic()):
-            return settle_leftovers(settings, collection)
-    except IngestBusy:
-        return []
-
-
-def dry_run(paths: Sequence[Path], settings: Settings, *, prune: bool = True) -> Plan:
-    """The plan alone: nothing is parsed, embedded or written."""
-    with open_manifest(settings) as manifest:
-        return plan_sync(paths, manifest, settings.max_file_bytes, prune=prune)
-
-
-def list_documents(settings: Settings) -> list[Entry]:
-    """Every ingested file of the configured collection, by source."""
-    with open_manifest(settings) as manifest:
-        return sorted(manifest, key=lambda entry: (entry.root, entry.source))
-
-
-def find_document(doc_id: str, settings: Settings, collection: str | None = None) -> Entry | None:
-    """One ingested file's entry by id; None when unknown."""
-    with open_manifest(settings, collection) as manifest:
-        return manifest.entries().get(doc_id)
-
-
-def delete_document(doc_id: str, settings: Settings, store: Index, locked: bool = False) -> Entry | None:
-    """Remove one document's chunks and its manifest entry; None when the id is unknown."""
-    if not locked:
-        with ingest_lock(settings, f"delete of document {doc_id}"):
-            return delete_document(doc_id, settings, store, locked=True)
-    with open_manifest(settings, store.name) as manifest:
-        entry = manifest.entries().get(doc_id)
-        if entry is not None:
-            remove_document(store, manifest, entry)
-        return entry
+def sync(paths: Sequence[Path], settings: Settings, *, embedder: Embedder | None = None, store: Index | None = None,
+         prune: bool = True, progress: Progress | None = None) -> tuple[Plan, Report]:
+    """For scripts (tests, benchmarks): a sync through the Library of App(settings) with the parts given."""
+    return library(App(settings, embedder=embedder, store=store)).sync(paths, prune=prune, progress=progress)

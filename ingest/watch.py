@@ -16,13 +16,12 @@ from rich.console import Console
 from watchfiles import Change, watch
 from watchfiles.main import FileChange
 
-from ingest import service
 from ingest.parse import SIDECAR_SUFFIX, is_supported
 from ingest.pipeline import NoProgress, Plan, Progress, Report
 from ingest.scan import is_temporary
+from ingest.service import library
 from ingest.terminal import plain
 from rag.core.errors import IngestBusy, RagError
-from rag.core.ports import Embedder
 from rag.wiring import App
 
 LOCK_POLL_S = 1.0  # how long one try for the ingest lock lasts; a short hold (an API upload) passes unannounced
@@ -96,7 +95,7 @@ class Watcher:
 
     def __init__(self, paths: Sequence[Path], app: App, console: Console, *, prune: bool = True) -> None:
         self.paths, self.app, self.console, self.prune = list(paths), app, console, prune
-        self.settings = app.settings
+        self.settings, self.library = app.settings, library(app)
         self.stop = threading.Event()
         self.what = " ".join(["rag-ingest --watch", *map(str, paths)])
         self._failed: dict[str, str] = {}
@@ -125,8 +124,7 @@ class Watcher:
         with self._lock():
             self._check_folders()  # the scan of a vanished root would find nothing; it must not sync that
             progress = _Both(progress, _StopCheck(self.stop)) if progress else _StopCheck(self.stop)
-            plan, report = service.sync(self.paths, self.settings, prune=self.prune, progress=progress,
-                                        embedder=self._loaded_embedder(), store=self.app.store, locked=True)
+            plan, report = self.library.sync(self.paths, prune=self.prune, progress=progress, locked=True)
         self._failed = dict(report.failed)
         self._chunks = report.chunks
         return plan, report
@@ -201,8 +199,7 @@ class Watcher:
         while True:
             with contextlib.ExitStack() as held:
                 try:
-                    held.enter_context(service.ingest_lock(self.settings, self.what,
-                                                           deadline=time.monotonic() + LOCK_POLL_S))
+                    held.enter_context(self.library.lock(self.what, deadline=time.monotonic() + LOCK_POLL_S))
                 except IngestBusy as busy:
                     if self.stop.is_set():
                         raise Stopped from None
@@ -215,13 +212,6 @@ class Watcher:
                     self.console.print("the other ingest ended: syncing", highlight=False)
                 yield
                 return
-
-    def _loaded_embedder(self) -> Embedder | None:
-        """The embedder, loaded once, the first time a sync has files to embed (a folder with nothing new starts
-        watching without loading the model)."""
-        if self.app.embedder_loaded or service.dry_run(self.paths, self.settings, prune=self.prune).tasks:
-            return self.app.embedder
-        return None
 
     def _check_folders(self) -> None:
         for path in self.paths:

@@ -341,11 +341,6 @@ class App:
         return self._embedder
 
     @property
-    def embedder_loaded(self) -> bool:
-        """Whether the embedding model is loaded already."""
-        return self._embedder is not None
-
-    @property
     def llm(self) -> ChatModel:
         """The chat model client (RAG_LLM_BASE_URL)."""
         if self._llm is None:
@@ -358,6 +353,11 @@ class App:
         if self._store is None:
             self._store = build_store(self.settings)
         return self._store
+
+    @property
+    def collection(self) -> str:
+        """The store's collection: the one given, else the one RAG_COLLECTION resolves to (nothing opened)."""
+        return self._store.name if self._store is not None else collection_name(self.settings)
 
     @property
     def engine(self) -> QueryEngine:

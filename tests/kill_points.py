@@ -97,7 +97,7 @@ def run_change(data_dir: Path, docs: Path, action: str, args: list[str]) -> None
     from ingest import files, service
     from rag.config import Settings
     from rag.core.access import LOCAL_OPERATOR
-    from rag.wiring import build_store
+    from rag.wiring import App, build_store
 
     settings = Settings(data_dir=data_dir, docs_dir=docs, _env_file=None)  # type: ignore[call-arg]
     embedder: Any = HashEmbedder()
@@ -106,13 +106,15 @@ def run_change(data_dir: Path, docs: Path, action: str, args: list[str]) -> None
         return
     from ui.serving import documents
 
-    services: Any = SimpleNamespace(settings=settings, embedder=embedder, store=build_store(settings))
+    app = App(settings, embedder=embedder, store=build_store(settings))
+    services: Any = SimpleNamespace(settings=settings, embedder=embedder, store=app.store,
+                                    library=service.library(app))
     if action == "upload":
         descriptor, staged = files.staged_file(docs)  # held (locked) as the API holds an upload it receives
         os.write(descriptor, Path(args[1]).read_bytes())
         documents.ingest_upload(services, LOCAL_OPERATOR, staged, docs / args[0], replace=True)
     elif action == "delete":
-        doc_id = next(entry.doc_id for entry in service.list_documents(settings) if entry.source == args[0])
+        doc_id = next(entry.doc_id for entry in services.library.documents() if entry.source == args[0])
         documents.delete_document(services, LOCAL_OPERATOR, doc_id)
 
 

@@ -303,17 +303,17 @@ def test_readiness_details_and_metrics_are_for_admins_when_keys_are_set(make_cli
 def test_what_holds_the_ingest_lock_names_no_document(make_client: MakeClient,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Whoever waits for the lock is told what holds it (409 ingest_busy): never another admin's file name."""
-    from ingest import service as ingest_service
+    from ingest.service import Library
 
     held: list[str] = []
-    real = ingest_service.ingest_lock
+    real = Library.lock
 
-    def recording(settings: Settings, what: str, deadline: float | None = None) -> object:
+    def recording(library: Library, what: str, deadline: float | None = None) -> object:
         held.append(what)
-        return real(settings, what, deadline)
+        return real(library, what, deadline)
 
     client = make_client()
-    monkeypatch.setattr(ingest_service, "ingest_lock", recording)
+    monkeypatch.setattr(Library, "lock", recording)
     uploaded = client.post("/v1/documents", files={"file": ("salaries-2027.md", b"# Salaries\nSecret.\n")})
     assert uploaded.status_code == 201, uploaded.text
     assert client.delete(f"/v1/documents/{uploaded.json()['id']}").status_code == 200

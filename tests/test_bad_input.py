@@ -9,7 +9,7 @@ import pytest
 
 from ingest import service
 from rag.config import Settings
-from rag.wiring import build_store
+from rag.wiring import App, build_store
 from tests.conftest import CountingEmbedder
 from tests.docs_factory import encrypted_pdf_bytes, pdf_bytes, symlink_loops, zip_bomb_docx
 
@@ -113,5 +113,5 @@ def test_symlinks_are_followed_only_inside_the_folder(docs: Path, write: Write, 
     assert set(report.failed) == {"secret.md", "private"}
     assert f"a symlink to {outside / 'secret.md'}, outside {docs}" in report.failed["secret.md"]
     assert "links are followed only inside the folder" in report.failed["private"]
-    sources = {entry.source for entry in service.list_documents(settings)}
+    sources = {entry.source for entry in service.library(App(settings)).documents()}
     assert sources == {"guide.md", "alias.md"}

@@ -18,9 +18,9 @@ import pytest
 from playwright.sync_api import Browser, Locator, Page, WebSocket, expect, sync_playwright
 
 from ingest.manifest import Entry
-from ingest.service import list_documents
+from ingest.service import library
 from rag.config import Settings
-from rag.wiring import build_feedback_store
+from rag.wiring import App, build_feedback_store
 from tests.conftest import REPO, SAMPLES, LLMServer, free_port
 from tests.docs_factory import pdf_bytes
 from tests.injection_corpus import Sink, sink_server, write_corpus
@@ -254,7 +254,7 @@ def test_chinese_browser_gets_chinese_ui(browser: Browser, chat_app: ChatApp) ->
 def _welcomes(app: ChatApp) -> tuple[str, str]:
     """The welcome's count of documents, passages and kinds (up to its closing parenthesis, as the page shows it)
     for alice (every document but the HR file) and for hana (all of them), from the index's manifest."""
-    entries = list_documents(Settings(data_dir=app.data_dir, _env_file=None))  # type: ignore[call-arg]
+    entries = library(App(Settings(data_dir=app.data_dir, _env_file=None))).documents()  # type: ignore[call-arg]
     hr = [entry for entry in entries if entry.source == HR_SOURCE]
     assert [entry.access for entry in hr] == ["|hr|"], entries
     public = [entry for entry in entries if entry.source != HR_SOURCE]
@@ -610,7 +610,7 @@ def test_an_admin_drops_a_file_into_the_chat_and_it_is_searchable_a_reader_canno
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "chat-drop.png"))
     admin.close()
-    entries = list_documents(Settings(data_dir=chat_app.data_dir, _env_file=None))  # type: ignore[call-arg]
+    entries = library(App(Settings(data_dir=chat_app.data_dir, _env_file=None))).documents()  # type: ignore[call-arg]
     assert [entry.access for entry in entries if entry.source == name] == ["open"]
     session_files = [path for path in (REPO / "ui" / "chat" / ".files").rglob("*")
                      if path.is_file() and path.stat().st_mtime >= started - 1]

@@ -173,7 +173,7 @@ def test_more_files_than_allowed_are_all_refused(chat: Chat) -> None:
 
 
 def test_a_busy_index_says_ingest_busy(chat: Chat) -> None:
-    with service.ingest_lock(chat.services.settings, "a test's sync"):
+    with chat.services.library.lock("a test's sync"):
         _drop(chat, "root", [("VPN guide.md", VPN)])
     assert chat.texts()[0].startswith("⚠️ `VPN guide.md` was not added: ingest busy (another ingest is running: "
                                       "a test's sync"), chat.texts()
@@ -221,7 +221,7 @@ def test_a_name_the_admin_may_not_see_gets_the_answer_of_one_it_may(chat: Chat) 
     (chat.docs / "hr").mkdir()
     (chat.docs / "hr" / "secret.md").write_text("---\ngroups: [finance]\n---\n# Secret\n\nFinance only.\n")
     (chat.docs / "hr" / "mine.md").write_text("---\ngroups: [hr]\n---\n# Mine\n\nHr only.\n")
-    service.sync([chat.docs], chat.services.settings, embedder=chat.services.embedder, store=chat.services.store)
+    chat.services.library.sync([chat.docs])
     _drop(chat, "hana", [("secret.md", b"# Secret\n\nReplaced.\n"), ("mine.md", b"# Mine\n\nAgain.\n")])
     hidden, visible = chat.texts()[-2:]
     assert hidden.replace("secret.md", "NAME") == visible.replace("mine.md", "NAME"), (hidden, visible)

@@ -17,7 +17,7 @@ import pytest
 
 from ingest import service
 from rag.config import Settings
-from rag.wiring import build_store, keyword_path
+from rag.wiring import App, build_store, keyword_path
 from tests.docs_factory import pdf_bytes
 from tests.kill_points import STEPS, HashEmbedder
 
@@ -52,7 +52,7 @@ def _write(folder: Path, files: dict[str, str | bytes]) -> None:
 
 def state(settings: Settings) -> dict[str, Any]:
     """What the three stores hold, checked to agree with each other."""
-    with service.open_manifest(settings) as manifest:
+    with service.library(App(settings)).manifest() as manifest:
         entries = {e.source: (e.doc_id, e.content_hash, sorted(e.chunk_ids), e.access) for e in manifest}
         assert manifest.pending() == [], "a change was left pending"
     store = build_store(settings)
@@ -95,7 +95,7 @@ class Children:
 
 def _recover(settings: Settings) -> None:
     """What the next server start and sync do."""
-    service.settle_when_idle(settings)
+    service.library(App(settings)).settle_when_idle()
     service.sync([settings.documents_dir], settings, embedder=HashEmbedder())  # type: ignore[arg-type]
 
 

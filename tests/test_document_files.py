@@ -101,7 +101,7 @@ def served(tmp_path_factory: pytest.TempPathFactory, real_embedder: object) -> I
                         api_keys=f"{STAFF_KEY}:staff,{HR_KEY}:hr", ui_users=users, ui_auth_secret=SECRET,
                         trusted_hosts="", _env_file=None)
     service.sync([docs], settings, embedder=real_embedder)  # type: ignore[arg-type]
-    ids = {entry.source: entry.doc_id for entry in service.list_documents(settings)}
+    ids = {entry.source: entry.doc_id for entry in service.library(App(settings)).documents()}
     assert set(ids) == {"staff guide.pdf", "hr.pdf", "escape.pdf", "gone.pdf", "notes.md"}
     (docs / "gone.pdf").unlink()
     (docs / "escape.pdf").unlink()

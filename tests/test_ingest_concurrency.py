@@ -108,7 +108,7 @@ def test_a_busy_ingest_is_refused_with_what_runs_and_answers_keep_coming(
         assert error["running"]["what"] == "rag-ingest /srv/docs" and error["running"]["pid"] == other.pid
         assert f"rag-ingest /srv/docs (pid {other.pid}) since" in error["message"]
     assert leave.read_bytes() == before and [p.name for p in local.documents_dir.iterdir()] == ["leave.md"]
-    assert [entry.source for entry in service.list_documents(local)] == ["leave.md"]
+    assert [entry.source for entry in service.library(App(local)).documents()] == ["leave.md"]
 
 
 def test_ten_concurrent_uploads_of_one_name_leave_one_whole_version(local: Settings,
@@ -131,7 +131,7 @@ def test_ten_concurrent_uploads_of_one_name_leave_one_whole_version(local: Setti
     final = (local.documents_dir / "same.pdf").read_bytes()
     assert final in versions and final != versions[3]  # one of the accepted ones, whole
     assert sorted(p.name for p in local.documents_dir.iterdir()) == ["leave.md", "same.pdf"]  # no leftovers
-    entry = next(e for e in service.list_documents(local) if e.source == "same.pdf")
+    entry = next(e for e in service.library(App(local)).documents() if e.source == "same.pdf")
     assert entry.content_hash == hashlib.sha256(final).hexdigest()
     store = build_store(local)
     assert store.ids_of_document(entry.doc_id) == set(entry.chunk_ids)
@@ -172,7 +172,7 @@ def test_ingest_threads_run_at_a_lower_cpu_priority(local: Settings, embedder: C
     def priority() -> int:
         return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
 
-    assert asyncio.run(services.run_ingest(priority)) == min(19, priority() + INGEST_NICE)
+    assert asyncio.run(services.run_ingest(lambda _: priority())) == min(19, priority() + INGEST_NICE)
     services.ingest_pool.shutdown()
 
 

@@ -44,7 +44,7 @@ def ingested(settings: Settings, docs: Path, write: Callable[[str, str], Path], 
 
 
 def sources(settings: Settings) -> list[str]:
-    return [entry.source for entry in service.list_documents(settings)]
+    return [entry.source for entry in service.library(App(settings)).documents()]
 
 
 def test_a_new_model_is_refused_until_reembedded(ingested: Settings, settings: Settings) -> None:
@@ -57,7 +57,7 @@ def test_reembed_copies_every_chunk_and_switches_when_complete(ingested: Setting
                                                                real_embedder: Embedder) -> None:
     counting = CountingEmbedder(real_embedder)
     chunks = build_store(settings).count()
-    done = reembed(ingested, embedder=counting)
+    done = reembed(App(ingested, embedder=counting))
     assert (done.chunks, done.documents, counting.embedded) == (chunks, 2, chunks)
     assert (done.source, done.kept) == (settings.collection, settings.collection)
     assert done.source_model == settings.embed_model
@@ -73,7 +73,7 @@ def test_a_failed_reembed_leaves_the_old_collection(ingested: Settings, settings
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("ingest.reembed.PAGE", 1)
     with pytest.raises(RuntimeError, match="embedder crashed"):
-        reembed(ingested, embedder=FailingEmbedder(real_embedder))
+        reembed(App(ingested, embedder=FailingEmbedder(real_embedder)))
     assert collection_name(ingested) == settings.collection
     assert _generations(settings) == []  # the half-built one was dropped
     with pytest.raises(ConfigError, match=r"--reembed"):
@@ -84,16 +84,16 @@ def test_a_killed_reembeds_leftover_is_dropped_by_the_next(ingested: Settings, s
                                                           real_embedder: Embedder) -> None:
     leftover = CollectionRegistry(settings.index_dir).new_name(settings.collection, ingested.embed_model)
     build_chroma_client(settings).get_or_create_collection(leftover)  # as a SIGKILLed run leaves it
-    done = reembed(ingested, embedder=real_embedder)
+    done = reembed(App(ingested, embedder=real_embedder))
     assert _generations(settings) == [done.generation]
 
 
 def test_same_model_reembeds_retire_then_drop_the_replaced_generation(ingested: Settings, settings: Settings,
                                                                       real_embedder: Embedder) -> None:
-    first = reembed(ingested, embedder=real_embedder)
-    second = reembed(ingested, embedder=real_embedder)
+    first = reembed(App(ingested, embedder=real_embedder))
+    second = reembed(App(ingested, embedder=real_embedder))
     assert (second.source, second.kept, second.dropped) == (first.generation, first.generation, ())
-    third = reembed(ingested, embedder=real_embedder)
+    third = reembed(App(ingested, embedder=real_embedder))
     assert third.dropped == (first.generation,)
     assert _generations(settings) == sorted([second.generation, third.generation])
     assert build_store(settings).count() > 0  # the old model's collection is never dropped by a model change
@@ -102,7 +102,7 @@ def test_same_model_reembeds_retire_then_drop_the_replaced_generation(ingested: 
 
 def test_nothing_to_reembed_is_a_clear_error(settings: Settings) -> None:
     with pytest.raises(ConfigError, match="nothing to re-embed"):
-        reembed(settings.model_copy(update={"embed_model": "other"}))
+        reembed(App(settings.model_copy(update={"embed_model": "other"})))
 
 
 def _generations(settings: Settings) -> list[str]:
@@ -141,7 +141,7 @@ def test_a_running_server_follows_a_same_model_reembed_so_relabels_reach_it(
     with TestClient(create_app(settings, services)) as client:
         assert "vpn.md" in client.post("/v1/ask", json=question).text
         started_on = services.store.name
-        done = reembed(settings, embedder=real_embedder)
+        done = reembed(App(settings, embedder=real_embedder))
         write("vpn.md.meta.yaml", "groups: [it]\n")
         service.sync([docs], settings, embedder=real_embedder)
         answer = client.post("/v1/ask", json=question)

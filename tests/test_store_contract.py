@@ -14,7 +14,7 @@ from ingest import service
 from rag.config import Settings
 from rag.core.access import LOCAL_OPERATOR
 from rag.core.errors import ConfigError
-from rag.wiring import build_engine, build_store
+from rag.wiring import App, build_engine, build_store
 from tests.conftest import STORE_MODES, CountingEmbedder, LLMServer, run_in_process
 
 pytestmark = STORE_MODES
@@ -57,7 +57,7 @@ def test_concurrent_ingests_are_serialized_and_complete(tmp_path: Path, settings
         thread.join(timeout=300)
     assert errors == []
     assert build_store(settings).count() == 12
-    assert len(service.list_documents(settings)) == 12
+    assert len(service.library(App(settings)).documents()) == 12
 
 
 def test_store_refuses_another_embedding_model(docs: Path, write: Write, settings: Settings,

@@ -12,7 +12,7 @@ from rag.components.store import ChromaStore
 from rag.config import Settings
 from rag.core.access import LOCAL_OPERATOR
 from rag.core.retrieve import Retriever
-from rag.wiring import build_store
+from rag.wiring import App, build_store
 from tests.conftest import STORE_MODES, CountingEmbedder
 from tests.docs_factory import pdf_bytes
 
@@ -89,7 +89,7 @@ def test_dry_run_plans_and_changes_nothing(docs: Path, write: Write, settings: S
     write("image.png", b"\x89PNG")
     (docs / "old.txt").unlink()
     before = build_store(settings).all_ids()
-    plan = service.dry_run([docs], settings)
+    plan = service.library(App(settings)).dry_run([docs])
     assert [(t.action, t.found.source) for t in plan.tasks] == [("update", "keep.txt"), ("add", "new.md")]
     assert [e.source for e in plan.deletions] == ["old.txt"]
     assert plan.skipped == ["image.png"]

@@ -21,9 +21,10 @@ from watchfiles import Change
 
 from ingest import service
 from ingest.pipeline import plan_sync
-from ingest.service import open_manifest
+from ingest.service import library
 from ingest.watch import Relevant
 from rag.config import Settings
+from rag.wiring import App
 from tests.conftest import CountingEmbedder
 from tests.test_crash_steps import state
 
@@ -195,7 +196,7 @@ def test_a_busy_ingest_lock_is_waited_out_then_synced(settings: Settings, docs: 
         watcher.wait_for("waiting: another ingest is running: rag-ingest other-folder")
         time.sleep(1)
         assert watcher.process.poll() is None and "watching" not in watcher.output
-        with open_manifest(settings) as manifest:
+        with library(App(settings)).manifest() as manifest:
             assert manifest.entries() == {}
     finally:
         holder.communicate(timeout=10)  # closing its stdin ends it: the lock is free
@@ -233,7 +234,7 @@ def test_a_vanished_folder_stops_the_watcher_and_prunes_nothing(settings: Settin
     assert watcher.process.wait(timeout=30) == 2, watcher.output
     assert f"the watched folder {docs} is gone" in watcher.output
     assert set(_index(settings)) == {"alpha.md"}
-    with open_manifest(settings) as manifest:  # a plain run over the vanished folder prunes nothing either
+    with library(App(settings)).manifest() as manifest:  # a plain run over the vanished folder prunes nothing either
         assert plan_sync([docs], manifest, 1 << 20).deletions == []
 
 

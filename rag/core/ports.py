@@ -134,6 +134,7 @@ class KeywordStore(KeywordSearch, Protocol):
         ...
 
 
+@runtime_checkable
 class Searcher(Protocol):
     """What the query path searches with (rag.core.retrieve.Retriever, or a list in tests)."""
 

@@ -17,11 +17,11 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field, InstanceOf
 
-from rag.config import Settings, load_settings
+from rag.config import Settings
 from rag.core.access import ANONYMOUS, Principal, parse_grant
-from rag.core.retrieve import Retriever
+from rag.core.ports import Searcher
 from rag.core.types import Hit
-from rag.wiring import build_retriever
+from rag.wiring import App
 
 DEFAULT_K = int(Settings.model_fields["top_k"].default)
 
@@ -54,7 +54,7 @@ class KnowledgeBaseRetriever(BaseRetriever):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    retriever: InstanceOf[Retriever]
+    retriever: InstanceOf[Searcher]
     principal: InstanceOf[Principal] = ANONYMOUS
     k: int = Field(default=DEFAULT_K, ge=1, le=100)
 
@@ -63,13 +63,14 @@ class KnowledgeBaseRetriever(BaseRetriever):
                       groups: str | Iterable[str] | None = None, k: int | None = None,
                       **kwargs: Any) -> KnowledgeBaseRetriever:
         """Built from RAG_* settings (the environment and .env when none are given) as `rag search` builds its
-        retriever; `groups` makes a reader of those groups, `k` defaults to RAG_TOP_K."""
+        retriever (with question translation by the served LLM); `groups` makes a reader of those groups, `k`
+        defaults to RAG_TOP_K."""
         if principal is not None and groups is not None:
             raise ValueError("give principal or groups, not both")
-        settings = settings or load_settings()
+        app = App(settings)  # RAG_* read once, when no settings are given
         who = principal or (reader(groups) if groups is not None else ANONYMOUS)
-        return cls(retriever=build_retriever(settings), principal=who,
-                   k=settings.top_k if k is None else k, **kwargs)
+        return cls(retriever=app.retriever, principal=who, k=app.settings.top_k if k is None else k,
+                   **kwargs)
 
     def with_principal(self, principal: Principal) -> KnowledgeBaseRetriever:
         """A copy answering for another principal, sharing the loaded models and index (one per request/user)."""

@@ -12,9 +12,9 @@ from rag.core.answer import Done, Event, Retrieved, Token
 from rag.core.errors import RagError
 from ui.api.deps import PrincipalDep, ServicesDep
 from ui.api.errors import from_rag_error
-from ui.api.schemas import AskRequest, AskResponse, ErrorBody
+from ui.api.schemas import AskRequest, AskResponse, ErrorBody, history_messages
 from ui.api.streams import AnswerEvents, until_disconnected
-from ui.serving.answering import answer_once, answer_stream, ask_body, history_messages, hit_json
+from ui.serving.answering import answer_once, answer_stream, ask_body, hit_json
 
 router = APIRouter(prefix="/v1", tags=["ask"])
 ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorBody} for code in (401, 403, 413, 422, 429, 503)}

@@ -5,6 +5,7 @@ Listing shows what the caller may see; every change, and reading feedback, needs
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +42,9 @@ async def upload(request: Request, services: ServicesDep, principal: PrincipalDe
         return await run_in_threadpool(uploads.accept, services, principal, filename, replace)
 
     target, staged = await stage_upload(request, folder, uploads.upload_limit(services.settings), accept)
-    deadline = services.ingest_deadline()
     try:
-        uploaded = await services.run_ingest(use.ingest_upload, services, principal, staged.path, target, replace,
-                                             deadline)
+        uploaded = await services.run_ingest(partial(use.ingest_upload, services, principal, staged.path, target,
+                                                     replace))
     finally:
         staged.discard()  # moved into place on success; removed on any refusal
     return {**_document(uploaded.entry).model_dump(), "status": uploaded.status}
@@ -59,7 +59,7 @@ async def documents(services: ServicesDep, principal: PrincipalDep) -> list[Docu
 @router.delete("/documents/{doc_id}", responses=ADMIN_ERRORS)
 async def delete(doc_id: str, services: ServicesDep, principal: PrincipalDep) -> dict[str, Any]:
     """Remove a document from the index, and its file when it lives in the documents folder (admins)."""
-    entry = await services.run_ingest(use.delete_document, services, principal, doc_id, services.ingest_deadline())
+    entry = await services.run_ingest(partial(use.delete_document, services, principal, doc_id))
     return {"id": doc_id, "source": entry.source, "status": "deleted"}
 
 
@@ -67,7 +67,7 @@ async def delete(doc_id: str, services: ServicesDep, principal: PrincipalDep) ->
 async def sync(services: ServicesDep, principal: PrincipalDep) -> dict[str, object]:
     """Re-sync the documents folder: add new files, replace changed ones, relabel regrouped ones, remove deleted
     ones (admins)."""
-    report = await services.run_ingest(use.sync_folder, services, principal, services.ingest_deadline())
+    report = await services.run_ingest(partial(use.sync_folder, services, principal))
     return report.as_json()
 
 

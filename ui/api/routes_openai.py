@@ -15,9 +15,9 @@ from rag.core.errors import RagError
 from ui.api.deps import PrincipalDep, ServicesDep
 from ui.api.errors import ApiError, from_rag_error
 from ui.api.routes_ask import ERRORS
-from ui.api.schemas import ChatRequest
+from ui.api.schemas import ChatRequest, history_messages
 from ui.api.streams import AnswerChunks, until_disconnected
-from ui.serving.answering import answer_once, answer_stream, ask_body, history_messages
+from ui.serving.answering import answer_once, answer_stream, ask_body
 from ui.serving.limits import QUESTION_CHARS
 
 router = APIRouter(prefix="/v1", tags=["openai"])

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from rag.core.prompt import Message
 from ui.serving import limits
 
 
@@ -251,3 +253,8 @@ class GapReportOut(BaseModel):
     reasons: dict[str, int]
     hidden_topics: int = Field(description="topics under min_count, left out")
     topics: list[GapTopicOut]
+
+
+def history_messages(turns: Sequence[tuple[str, str]]) -> list[Message]:
+    """A request's earlier turns, (role, content) pairs, as chat messages."""
+    return [{"role": "assistant" if role == "assistant" else "user", "content": content} for role, content in turns]

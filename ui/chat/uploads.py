@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import uuid
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -111,12 +112,11 @@ async def _ingest(path: Path, name: str, principal: Principal, language: Languag
     """The file added as the document `name`; None when the admin keeps the indexed document of that name."""
     services = state.current().services()
     try:
-        return await services.run_ingest(add_file, services, principal, path, name, False,
-                                         services.ingest_deadline())
+        return await services.run_ingest(partial(add_file, services, principal, path, name, False))
     except Conflict:
         if not await confirm_replace(name, language):
             return None
-    return await services.run_ingest(add_file, services, principal, path, name, True, services.ingest_deadline())
+    return await services.run_ingest(partial(add_file, services, principal, path, name, True))
 
 
 async def confirm_replace(name: str, language: Language) -> bool:

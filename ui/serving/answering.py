@@ -118,8 +118,3 @@ def needs_human(answer: Answer, escalate_below: float) -> bool:
     """Hand over to a human: no answer, quoted instead of answered, sentences withheld, or low confidence."""
     return (not answer.answerable or not answer.cited or answer.mode != "generated" or bool(answer.withheld)
             or answer.loop or answer.confidence < escalate_below)
-
-
-def history_messages(turns: Sequence[tuple[str, str]]) -> list[Message]:
-    """(role, content) pairs as chat messages."""
-    return [{"role": "assistant" if role == "assistant" else "user", "content": content} for role, content in turns]

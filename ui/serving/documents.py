@@ -4,11 +4,10 @@ feedback listing. Everything a principal may not see is answered as if it did no
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ingest import files, service
+from ingest import files
 from ingest.loaders import LoadError, decode_text, front_matter
 from ingest.manifest import Entry
 from ingest.parse import has_front_matter, sidecar_access, sidecar_of
@@ -38,8 +37,7 @@ def require_admin(principal: Principal, action: str) -> None:
 def visible_documents(services: Services, principal: Principal) -> list[Entry]:
     """The ingested documents the principal may see, by source."""
     policy = services.settings.access_policy
-    return [entry for entry in service.list_documents(services.settings)
-            if policy.label_allows(principal, entry.access)]
+    return [entry for entry in services.library.documents() if policy.label_allows(principal, entry.access)]
 
 
 def delete_document(services: Services, principal: Principal, doc_id: str, deadline: float | None = None) -> Entry:
@@ -49,12 +47,12 @@ def delete_document(services: Services, principal: Principal, doc_id: str, deadl
     if not any(entry.doc_id == doc_id for entry in visible_documents(services, principal)):
         raise NotFound(f"no document with id {doc_id!r}")
     # What holds the lock is shown to whoever waits for it: no document names (another admin's may be hidden).
-    with _locked(services, "a delete (API)", deadline):
-        entry = service.find_document(doc_id, services.settings, services.store.name)
+    with services.library.change("a delete (API)", deadline):
+        entry = services.library.find(doc_id)
         if entry is None:  # deleted by another request meanwhile
             raise NotFound(f"no document with id {doc_id!r}")
         aside = _move_aside(services, entry)
-        service.delete_document(doc_id, services.settings, services.store, locked=True)
+        services.library.delete(doc_id, locked=True)
         if aside is not None:
             aside.unlink(missing_ok=True)
     return entry
@@ -62,25 +60,16 @@ def delete_document(services: Services, principal: Principal, doc_id: str, deadl
 
 def _move_aside(services: Services, entry: Entry) -> Path | None:
     path = Path(entry.root) / entry.source
-    return files.move_aside(path) if path.parent.resolve() == services.settings.documents_dir.resolve() else None
+    return files.move_aside(path) if path.parent.resolve() == services.library.documents_dir.resolve() else None
 
 
 def sync_folder(services: Services, principal: Principal, deadline: float | None = None) -> Report:
     """Re-sync the documents folder: add new files, replace changed ones, relabel regrouped ones, remove gone."""
     require_admin(principal, "syncing the documents folder")
-    folder = services.settings.documents_dir
+    folder = services.library.documents_dir
     folder.mkdir(parents=True, exist_ok=True)
-    with _locked(services, "sync of the documents folder (API)", deadline):
-        return service.sync([folder], services.settings, embedder=services.embedder, store=services.store,
-                            locked=True)[1]
-
-
-@contextlib.contextmanager
-def _locked(services: Services, what: str, deadline: float | None) -> Iterator[None]:
-    """The ingest lock, then the leftovers of crashed uploads and deletes settled before anything else changes."""
-    with service.ingest_lock(services.settings, what, deadline):
-        service.settle_leftovers(services.settings, services.store.name)
-        yield
+    with services.library.change("sync of the documents folder (API)", deadline):
+        return services.library.sync([folder], locked=True)[1]
 
 
 def check_upload(services: Services, principal: Principal, target: Path, replace: bool) -> None:
@@ -98,7 +87,7 @@ def check_upload(services: Services, principal: Principal, target: Path, replace
 def upload_folder(services: Services, principal: Principal) -> Path:
     """Where the principal's uploads go: the documents folder for an admin of every group, else a folder of its
     own groups (`hr`, `finance+hr`), so that admins of different groups never share a file name."""
-    folder = services.settings.documents_dir.resolve()
+    folder = services.library.documents_dir.resolve()
     if principal.all_groups:
         return folder
     if not principal.groups:
@@ -111,13 +100,13 @@ def ingest_upload(services: Services, principal: Principal, staged: Path, target
                   deadline: float | None = None, channel: str = "API") -> Uploaded:
     """Move a staged upload into the documents folder and ingest it, as one locked change; a failed ingest puts
     back what was there (a crash midway is settled by the next change: see ingest.files)."""
-    with _locked(services, f"an upload ({channel})", deadline):
+    with services.library.change(f"an upload ({channel})", deadline):
         check_upload(services, principal, target, replace)  # again, under the lock: no other upload lands now
         labelled = _label_for_scope(principal, staged, target)
         swap = files.swap_in(staged, target)
         try:
-            _, report = service.sync([target], services.settings, prune=False, embedder=services.embedder,
-                                     store=services.store, locked=True, within=services.settings.documents_dir)
+            _, report = services.library.sync([target], prune=False, locked=True,
+                                              within=services.library.documents_dir)
         except BaseException:
             _restore(swap, labelled)
             raise
@@ -172,9 +161,9 @@ def _restore(swap: files.Swap, labelled: Path | None) -> None:
         labelled.unlink(missing_ok=True)
 
 
+
 def _entry_at(services: Services, target: Path) -> Entry | None:
-    return next((entry for entry in service.list_documents(services.settings)
-                 if Path(entry.root) / entry.source == target), None)
+    return services.library.entry_at(target)
 
 
 def recent_feedback(services: Services, principal: Principal, limit: int) -> list[Feedback]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
+import dataclasses
 import logging
 import os
 import threading
@@ -14,9 +14,9 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import ParamSpec, TypeVar
+from typing import TypeVar
 
-from ingest import service
+from ingest.service import Library, library
 from rag.components.feedback import FeedbackStore
 from rag.components.index import Index
 from rag.components.unanswered import UnansweredStore
@@ -30,7 +30,6 @@ from ui.serving.principals import ApiKey, parse_api_keys
 
 log = logging.getLogger("rag.serving")
 INGEST_NICE = 10
-P = ParamSpec("P")
 T = TypeVar("T")
 
 
@@ -80,6 +79,7 @@ class Services:
     embedder: Embedder
     store: Index
     engine: QueryEngine
+    library: Library  # the documents of `store`'s collection, and the changes to them
     feedback: FeedbackStore
     keys: list[ApiKey] = field(default_factory=list)
     unanswered: UnansweredStore | None = None  # None: RAG_RECORD_UNANSWERED=false, nothing is kept
@@ -108,18 +108,17 @@ class Services:
                 store = build_store(self.settings, collection=current)
                 engine = build_engine(self.settings, embedder=self.embedder, store=store, llm=self.engine.llm)
                 engine.retriever.warm()
-                self.store, self.engine = store, engine  # requests under way finish on the old ones
+                # Requests under way finish on the old ones.
+                self.store, self.engine = store, engine
+                self.library = dataclasses.replace(self.library, collection=current, store=lambda: store)
                 log.info("searching the collection's new generation %s", current)
         return self
 
-    def ingest_deadline(self) -> float:
-        """When a change arriving now stops waiting for the ingest lock (time.monotonic())."""
-        return time.monotonic() + self.settings.ingest_wait_s
-
-    async def run_ingest(self, function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        """Run an ingest use case in the ingest pool."""
-        call = functools.partial(function, *args, **kwargs)
-        return await asyncio.get_running_loop().run_in_executor(self.ingest_pool, call)
+    async def run_ingest(self, change: Callable[[float], T]) -> T:
+        """Run an ingest use case in the ingest pool, given the deadline (time.monotonic()) of a change arriving
+        now: a change queued behind others waits for the ingest lock RAG_INGEST_WAIT_S in all, not more."""
+        deadline = time.monotonic() + self.settings.ingest_wait_s
+        return await asyncio.get_running_loop().run_in_executor(self.ingest_pool, change, deadline)
 
 
 def lower_thread_priority() -> None:
@@ -136,7 +135,8 @@ def build_services(app: App, metrics: Metrics | None = None) -> Services:
     for the embedder or the LLM in the App."""
     settings = app.settings
     keys = parse_api_keys(settings.api_keys)  # a bad key entry fails before anything heavy loads
-    service.settle_when_idle(settings, app.store.name)  # what a crash left in the documents folder
+    documents = library(app, app.store, app.embedder)
+    documents.settle_when_idle()  # what a crash left in the documents folder
     app.engine.retriever.warm()
-    return Services(settings, app.embedder, app.store, app.engine, app.feedback(), keys, app.unanswered(),
+    return Services(settings, app.embedder, app.store, app.engine, documents, app.feedback(), keys, app.unanswered(),
                     metrics=metrics or Metrics())
