@@ -245,6 +245,28 @@ def stage_rows(settings: Any, asked: list[str]) -> dict[str, float]:
     return {stage: 1000 * seconds / len(asked) for stage, seconds in clock.spent.items()}
 
 
+def batched_queries(settings: Any, asked: list[str], together: int = 8) -> tuple[float, float]:
+    """Process CPU ms per question of the embedder's models (both of the pair) embedding questions one at a time,
+    then `together` at once (what rag.components.coalesce gives concurrent requests)."""
+    from rag.wiring import build_embedder
+
+    embedder = build_embedder(settings)
+    parts = [getattr(embedder, "_first", embedder), getattr(embedder, "_second", None)]
+    models = [part._embed_queries for part in parts if part is not None]
+    asked = asked * -(-together // len(asked))  # --quick asks fewer than `together` questions
+    groups = [asked[start:start + together] for start in range(0, len(asked) - together + 1, together)]
+    for model in models:
+        model(groups[0])  # warm-up, not counted
+    spent = []
+    for one_by_one in (True, False):
+        started = time.process_time()
+        for group, model in ((group, model) for group in groups for model in models):
+            for batch in ([[question] for question in group] if one_by_one else [group]):
+                model(batch)
+        spent.append(1000 * (time.process_time() - started) / (len(groups) * together))
+    return spent[0], spent[1]
+
+
 def spawn_workers(stack: ExitStack, count: int, env: dict[str, str], logs: Path) -> tuple[list[str], list[int]]:
     """`rag serve --no-chat` workers on loopback, each its own process and port; (URLs, PIDs)."""
     urls, pids = [], []
@@ -276,7 +298,9 @@ def measure(args: argparse.Namespace, tmp: Path) -> tuple[list[dict[str, Any]], 
                                            tmp / "logs" / "stub.log", env={**os.environ, "PYTHONPATH": str(REPO)}))
         urls, pids = spawn_workers(stack, args.workers, env, tmp / "logs")
         rows = route_rows(urls, pids, asked, args.clients)
-        return rows, stage_rows(settings, asked)
+        stages = stage_rows(settings, asked)
+    alone, together = batched_queries(settings, asked)
+    return rows, {**stages, "query alone": alone, "query in 8": together}
 
 
 def print_report(args: argparse.Namespace, rows: list[dict[str, Any]], stages: dict[str, float]) -> None:
@@ -289,10 +313,14 @@ def print_report(args: argparse.Namespace, rows: list[dict[str, Any]], stages: d
         print(f"{row['route']:<12} {row['cpu_ms_per_answer']:>13.1f} {row['answers_per_cpu_s']:>13.1f}"
               f" {row['answers_per_s']:>9.1f} {row['p50_ms']:>7.0f} {row['p90_ms']:>7.0f}"
               f" {generated(row):>9} {row['errors']:>6}")
+    batching = {name: stages.pop(name) for name in ("query alone", "query in 8")}
     print("in-process query path, CPU ms per answer by stage:")
     for stage, ms in sorted(stages.items(), key=lambda item: -item[1]):
         print(f"  {stage:<11} {ms:7.2f}")
     print(f"  {'total':<11} {sum(stages.values()):7.2f}")
+    alone, together = batching.values()
+    print(f"query embedding (both models), process CPU ms per question: one at a time {alone:.2f}, 8 together "
+          f"{together:.2f} ({alone / together:.1f}x)")
 
 
 def generated(row: dict[str, Any]) -> str:

@@ -82,13 +82,13 @@ def build_embedder(settings: Settings) -> Embedder:
 
 # Models loaded in this process, by what decides their weights and batches: a second App, a benchmark or a test in
 # the same process shares them instead of holding another copy (ONNX Runtime keeps each session's arena for good).
-_LOADED: dict[tuple[str, str, str, str, int], Embedder] = {}
+_LOADED: dict[tuple[str, str, str, str, int, int], Embedder] = {}
 _LOADING = threading.Lock()
 
 
 def _single_embedder(settings: Settings) -> Embedder:
     key = (settings.embed_model, settings.embed_device, settings.embed_backend, settings.embed_dtype,
-           settings.embed_batch_size)
+           settings.embed_batch_size, settings.embed_threads)
     with _LOADING:
         if key not in _LOADED:
             _LOADED[key] = _load_single_embedder(settings)
@@ -102,7 +102,8 @@ def _load_single_embedder(settings: Settings) -> Embedder:
         if (backend := embed_backend(settings, folder)).startswith("onnx"):
             assert folder is not None
             model = onnx_file(folder, model_cache_dir(), int8=backend == "onnx-int8")
-            embedder: Embedder = load_onnx_embedder(folder, model, settings.embed_model, settings.embed_batch_size)
+            embedder: Embedder = load_onnx_embedder(folder, model, settings.embed_model, settings.embed_batch_size,
+                                                    settings.embed_threads)
         else:
             embedder = _torch_embedder(settings, path)
     except ConfigError:
@@ -145,6 +146,8 @@ def _torch_embedder(settings: Settings, path: str) -> TorchEmbedder:
     # output of tools that read `--json` with stderr merged.
     transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
 
+    if settings.embed_threads:
+        torch.set_num_threads(settings.embed_threads)  # the process's intra-op pool: one model call's threads
     dtype = getattr(torch, embed_dtype(settings))
     model = SentenceTransformer(path, device=settings.embed_device, model_kwargs={"torch_dtype": dtype})
     return TorchEmbedder(model, name=settings.embed_model, batch_size=settings.embed_batch_size)

@@ -19,6 +19,9 @@ PACKAGES = tuple(f"{REPO / name}/" for name in ("rag", "ingest", "ui"))
 # Calls the tracer sees as coming from outside although the project's own code is above them on the stack: a `with`
 # block's __enter__/__exit__ and a generator's resumption go through the interpreter, not through a call site.
 THROUGH_THE_INTERPRETER = frozenset({"__enter__", "__exit__", "__aenter__", "__aexit__", "<genexpr>"})
+# ASGI middlewares wrap the `send` and `receive` they pass inwards: the app's messages go back out through each
+# wrapper, up the stack by design (ui/api/metrics.py's `sending`, ui/serving/limits.py's guard).
+ASGI_CALLBACKS = frozenset({"send", "receive", "sending"})
 # The layers a way into a file is counted across (the first prefix a file starts with is its layer).
 LAYERS = ("ui/api/", "ui/chat/", "ui/serving/", "ui/", "ingest/", "rag/core/", "rag/components/", "rag/tools/", "rag/")
 SUSPENDS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
@@ -68,7 +71,7 @@ class Trace:
             return
         if layer_of(caller) != layer_of(callee):
             self.ways_in[callee].add(f"{caller}:{caller_frame.f_lineno} -> {frame.f_code.co_name}")
-        if caller_frame.f_code.co_name in THROUGH_THE_INTERPRETER:
+        if caller_frame.f_code.co_name in THROUGH_THE_INTERPRETER or frame.f_code.co_name in ASGI_CALLBACKS:
             return
         below = caller_frame.f_back
         while below is not None:

@@ -9,8 +9,10 @@ logic runs on (tests/fakes.py) included, so that what holds on a fake holds on t
 from __future__ import annotations
 
 import functools
+import threading
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -149,6 +151,23 @@ def test_embedder_gives_normalized_rows_of_its_dimension(any_embedder: Embedder)
     assert query.shape == (any_embedder.dimension,) and float(np.linalg.norm(query)) == pytest.approx(1.0, abs=4e-3)
     assert np.allclose(any_embedder.embed_documents(texts[:1]), rows[:1], atol=1e-4)  # alone or batched: the same
     assert any_embedder.max_tokens > 0 and any_embedder.name
+
+
+def test_embedder_gives_questions_asked_at_once_the_vectors_they_get_alone(any_embedder: Embedder) -> None:
+    questions = ["How many days of leave?", "年假有几天？", "How do I replace the toner?", "Who approves travel?",
+                 "打印机的碳粉怎么换？", "Where is the VPN guide?"]
+    alone = [any_embedder.embed_query(question) for question in questions]
+    start = threading.Barrier(len(questions))
+
+    def asked(question: str) -> np.ndarray:
+        start.wait()
+        return any_embedder.embed_query(question)
+
+    with ThreadPoolExecutor(len(questions)) as pool:
+        together = list(pool.map(asked, questions))
+    for one, other in zip(alone, together, strict=True):  # padded to the longest: float noise, no more
+        cosine = float(one @ other / np.linalg.norm(one) / np.linalg.norm(other))
+        assert cosine >= 0.9999, (cosine, float(np.abs(one - other).max()))
 
 
 def test_embedder_ranks_the_passage_about_the_question_first(any_embedder: Embedder) -> None:

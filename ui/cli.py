@@ -220,7 +220,7 @@ def serve(app: App, host: str, port: int, no_chat: bool, insecure: bool) -> None
 
     with ExitStack() as held:
         with errors():
-            settings = settings_for_bind(app.settings, host)
+            settings = serving_threads(settings_for_bind(app.settings, host))
             doors = [] if is_loopback(host) else open_doors(settings, chat=not no_chat)
             if doors and not insecure:
                 fail(f"refusing to serve on {host}, reachable from the network: {'; '.join(doors)}. Set "
@@ -235,6 +235,12 @@ def serve(app: App, host: str, port: int, no_chat: bool, insecure: bool) -> None
         _banner(settings, host, port, chat=not no_chat)
         # The chat's socket library refuses messages over 1 MB; uvicorn would otherwise read up to 16 MiB first.
         uvicorn.run(server, host=host, port=port, log_level="info", ws_max_size=WS_MAX_BYTES)
+
+
+def serving_threads(settings: Settings) -> Settings:
+    """A server's settings: RAG_EMBED_THREADS=0 means one thread per model call (its requests embed side by side;
+    on 2 cores, 8 clients: -12 % CPU per answer, +14 % answers/s, lower latency; benchmarks.app_cost)."""
+    return settings if settings.embed_threads else settings.model_copy(update={"embed_threads": 1})
 
 
 def _banner(settings: Settings, host: str, port: int, chat: bool) -> None:

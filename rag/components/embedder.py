@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from rag.components.coalesce import RECENT_QUERIES, Coalescer
 from rag.core.ports import Vectors
 
 if TYPE_CHECKING:
@@ -20,6 +21,8 @@ class TorchEmbedder:
         self._model = model
         self.name = name
         self.batch_size = batch_size
+        self._queries: Coalescer[str, Vectors] = Coalescer(self._embed_queries, most=batch_size,
+                                                           remember=RECENT_QUERIES)
 
     @property
     def max_tokens(self) -> int:
@@ -48,9 +51,16 @@ class TorchEmbedder:
         vectors = self._model.encode_document(
             list(texts), batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True
         )
-        return cast(Vectors, np.asarray(vectors, dtype=np.float32))
+        return np.asarray(vectors, dtype=np.float32)
 
     def embed_query(self, text: str) -> Vectors:
-        """Embed one question, with the model's query prompt if it has one; a 1-D normalized vector."""
-        vector = self._model.encode_query([text], normalize_embeddings=True, convert_to_numpy=True)
-        return cast(Vectors, np.asarray(vector, dtype=np.float32)[0])
+        """Embed one question, with the model's query prompt if it has one; a 1-D normalized vector. Questions
+        asked at the same time from other threads go through the model together (rag.components.coalesce)."""
+        return self._queries(text)
+
+    def _embed_queries(self, texts: list[str]) -> Vectors:
+        vectors = self._model.encode_query(texts, batch_size=len(texts), normalize_embeddings=True,
+                                           convert_to_numpy=True)
+        rows = np.asarray(vectors, dtype=np.float32)
+        rows.flags.writeable = False  # shared with whoever asks the same question next (Coalescer's memory)
+        return rows

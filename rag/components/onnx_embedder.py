@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from rag.components.coalesce import RECENT_QUERIES, Coalescer
 from rag.core.ports import Vectors
 
 if TYPE_CHECKING:
@@ -84,6 +85,8 @@ class OnnxEmbedder:
         self._inputs = {i.name for i in session.get_inputs()}
         self.name = name
         self.batch_size = batch_size
+        self._queries: Coalescer[str, Vectors] = Coalescer(self._embed_queries, most=batch_size,
+                                                           remember=RECENT_QUERIES)
 
     @property
     def max_tokens(self) -> int:
@@ -102,8 +105,15 @@ class OnnxEmbedder:
         return self._embed([prompt + text for text in texts])
 
     def embed_query(self, text: str) -> Vectors:
-        """Embed one question with the model's query prompt; a 1-D normalized vector."""
-        return cast(Vectors, self._embed([self._folder.prompt("query") + text])[0])
+        """Embed one question with the model's query prompt; a 1-D normalized vector. Questions asked at the same
+        time from other threads go through the model together (rag.components.coalesce)."""
+        return self._queries(text)
+
+    def _embed_queries(self, texts: list[str]) -> Vectors:
+        prompt = self._folder.prompt("query")
+        rows = self._embed([prompt + text for text in texts])
+        rows.flags.writeable = False  # shared with whoever asks the same question next (Coalescer's memory)
+        return rows
 
     def _embed(self, texts: list[str]) -> Vectors:
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
@@ -128,23 +138,28 @@ class OnnxEmbedder:
         return cast(Vectors, (pooled / norms).astype(np.float32))
 
 
-def load_onnx_embedder(folder: ModelFolder, onnx_file: Path, name: str, batch_size: int) -> OnnxEmbedder:
-    """An OnnxEmbedder over an exported model; threads sleep when idle where the process asked for that."""
+def load_onnx_embedder(folder: ModelFolder, onnx_file: Path, name: str, batch_size: int,
+                       threads: int = 0) -> OnnxEmbedder:
+    """An OnnxEmbedder over an exported model, each call on `threads` threads (0: ONNX Runtime's default, every
+    core); threads sleep when idle where the process asked for that."""
     import onnxruntime
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(folder.path / "tokenizer.json"))
     tokenizer.enable_truncation(folder.max_seq_length)
     tokenizer.enable_padding(pad_id=tokenizer.token_to_id(_pad_token(folder.path)) or 0)
-    session = onnxruntime.InferenceSession(str(onnx_file), session_options(), providers=["CPUExecutionProvider"])
+    session = onnxruntime.InferenceSession(str(onnx_file), session_options(threads),
+                                           providers=["CPUExecutionProvider"])
     return OnnxEmbedder(session, tokenizer, folder, name, batch_size)
 
 
-def session_options() -> onnxruntime.SessionOptions:
-    """The embedder's session options: exact integer products everywhere, idle threads asleep where asked for."""
+def session_options(threads: int = 0) -> onnxruntime.SessionOptions:
+    """The embedder's session options: exact integer products everywhere, idle threads asleep where asked for,
+    `threads` threads per call (0: every core)."""
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
     if os.environ.get("OMP_WAIT_POLICY") == "PASSIVE":  # serving processes: rag.wiring.prefer_passive_threads
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     # int8 on x86 CPUs without VNNI (AVX2-only): ORT's fast u8s8 kernel adds pairs of products in 16 bits, which

@@ -12,7 +12,7 @@ from rag.config import Settings
 from rag.wiring import App
 from ui.api import routes_ask, routes_documents, routes_files, routes_gaps, routes_health, routes_openai
 from ui.api.errors import install_error_handlers
-from ui.api.metrics import install_request_metrics
+from ui.api.metrics import RequestMetrics
 from ui.headers import SecurityHeaders
 from ui.serving.limits import BodyLimit
 from ui.serving.metrics import Metrics
@@ -50,7 +50,7 @@ def create_app(settings: Settings, services: Services | None = None) -> FastAPI:
                        upload_limit=int(settings.max_upload_mb * 2**20))
     if services is not None:
         app.state.services = services
-    install_request_metrics(app, metrics)
+    app.add_middleware(RequestMetrics, metrics=metrics)
     for module in (routes_ask, routes_openai, routes_documents, routes_gaps, routes_files, routes_health):
         app.include_router(module.router)
     install_web_guards(app, settings)  # trusted hosts, CORS, cross-site guard: for the chat mounted later too
