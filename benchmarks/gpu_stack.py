@@ -52,6 +52,9 @@ sys.path.insert(0, str(REPO))
 from benchmarks.common import python_docs  # noqa: E402
 from benchmarks.gpu_ingest import chroma_server, free_port, ingest_process, sample, wait_http  # noqa: E402
 from benchmarks.gpu_serving import BASE_FLAGS, PROFILES, SERVED, server_facts, write_model  # noqa: E402
+from rag.components.models import BUNDLED_EMBED_MODEL  # noqa: E402
+
+DUMMY_WEIGHTS = ("--load-format", "dummy")
 
 SLO_MS = 1000.0
 RATES = [16.0, 32.0, 48.0, 64.0, 96.0, 128.0, 160.0, 200.0, 256.0, 320.0]
@@ -292,7 +295,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if args.quick:
                 docs = sample(docs, scratch / "sample", 8)
             url = stack.enter_context(chroma_server(scratch / "chroma"))
-            env = {"RAG_CHROMA_URL": url, "RAG_DATA_DIR": str(scratch / "data"), "RAG_EMBED_DEVICE": "cpu"}
+            # MiniLM alone: the model that travels (the default pair's e5 half does not), as on 2026-12-01.
+            env = {"RAG_CHROMA_URL": url, "RAG_DATA_DIR": str(scratch / "data"), "RAG_EMBED_DEVICE": "cpu",
+                   "RAG_EMBED_MODEL": BUNDLED_EMBED_MODEL}
             indexed = ingest_process(docs, {**env, **INDEX_SETTINGS, "RAG_EMBED_DEVICE": args.ingest_device},
                                      scratch / "data")
             result["index"] = indexed["report"] | {"wall_s": indexed["wall_s"]}
@@ -348,11 +353,19 @@ def llm_server(args: argparse.Namespace, port: int, scratch: Path, logs: Path, r
             yield f"http://127.0.0.1:{port}"
         return
 
-    model = scratch / "ernie-4.5-0.3b-shaped"
-    write_model(model, Path(args.tokenizer))
-    result["tokenizer_padded"] = pad_tokenizer(model)
+    if args.model:  # a real model's weights: its answers are written, checked and streamed as in production
+        model, flags = Path(args.model), [flag for flag in BASE_FLAGS if flag not in DUMMY_WEIGHTS]
+        if args.model_config:  # a GGUF: its tokenizer and config from a folder beside it
+            flags += ["--tokenizer", args.model_config, "--hf-config-path", args.model_config]
+        result["model"] = model.name
+    else:
+        model, flags = scratch / "ernie-4.5-0.3b-shaped", BASE_FLAGS
+        write_model(model, Path(args.tokenizer))
+        result["tokenizer_padded"] = pad_tokenizer(model)
+    # fp8 weights and prefix caching, the production profile; a GGUF keeps its own quantization (Q4_K_M).
+    profile = ["--enable-prefix-caching"] if model.suffix == ".gguf" else PROFILES["fp8"]
     command = [args.python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--served-model-name",
-               SERVED, "--host", "127.0.0.1", "--port", str(port), *BASE_FLAGS, *PROFILES["fp8"]]
+               SERVED, "--host", "127.0.0.1", "--port", str(port), *flags, *profile]
     started = time.perf_counter()
     with process(command, logs / "vllm.log", {}, f"http://127.0.0.1:{port}/health"):
         result["vllm"] = {**server_facts(logs / "vllm.log"), "start_s": round(time.perf_counter() - started, 1),
@@ -421,6 +434,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fake LLM, a few files, CPU: a smoke test in seconds")
     parser.add_argument("--tokenizer", help="a tokenizer folder with a chat template (vocabulary < 103,424)")
+    parser.add_argument("--model", help="serve this model folder's real weights (e.g. the offline default LLM, "
+                        "scripts/convert_gguf.py) instead of the ERNIE-shaped random ones")
+    parser.add_argument("--model-config", help="with a GGUF --model: the folder of its tokenizer and config")
     parser.add_argument("--docs", help="the folder to ingest (default: python3.11-doc, fetched into data/cache)")
     parser.add_argument("--workers", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 4, 8])
     parser.add_argument("--rates", type=lambda s: [float(x) for x in s.split(",")], default=RATES)
@@ -446,8 +462,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.quick:
         args.workers, args.rates, args.duration, args.clients = [1], [4.0, 8.0], 1.0, 2
         args.questions, args.ingest_device = 4, "cpu"
-    if not args.quick and not args.tokenizer:
-        parser.error("--tokenizer is needed to serve the ERNIE-shaped model")
+    if not args.quick and not args.tokenizer and not args.model:
+        parser.error("--tokenizer is needed to serve the ERNIE-shaped model (or --model, a real one)")
     run(args)
     if args.out:
         report([Path(args.out)])

@@ -21,8 +21,9 @@ FILES = 24
 
 def _corpus(folder: Path) -> None:
     for i in range(FILES):
-        paragraphs = [f"Document {i}, paragraph {p}: " + " ".join(f"term{i}_{p}_{w}" for w in range(40))
-                      for p in range(6)]
+        # A few chunks a file (~85 in all): enough that the kill lands between files, little to embed three times.
+        paragraphs = [f"Document {i}, paragraph {p}: " + " ".join(f"term{i}_{p}_{w}" for w in range(24))
+                      for p in range(4)]
         (folder / f"doc{i:02d}.md").write_text(f"# Doc {i}\n\n" + "\n\n".join(paragraphs), encoding="utf-8")
 
 
