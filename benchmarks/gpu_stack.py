@@ -3,11 +3,14 @@ ingested on the GPU, N `rag serve` workers, and a multi-process load generator. 
 TTFT p99 <= 1 s, bare vLLM against the same requests through /v1/ask.
 
     python -m benchmarks.gpu_stack --tokenizer DIR --out results.json [--workers 1,2,4,8]   # on the GPU host
+    python -m benchmarks.gpu_stack --model QWEN_DIR --out results.json --workers 1,2,4      # a real model's weights
     python -m benchmarks.gpu_stack --quick        # anywhere, in seconds: a fake LLM, a few files, CPU
     python -m benchmarks.gpu_stack --report results.json
 
 - vLLM as benchmarks/gpu_serving.py starts it (profile `fp8`: fp8 weights, prefix caching, random weights by
-  `--load-format dummy`). Its stand-in tokenizer (SmolLM2's, 49,152 entries) is padded to ERNIE's 103,424 with
+  `--load-format dummy`), or with `--model` a real model's weights (the offline default LLM, which
+  benchmarks/gpu_carry.sh carries as its GGUF with QWEN_GGUF=...; its answers are then written and checked as in
+  production). Its stand-in tokenizer (SmolLM2's, 49,152 entries) is padded to ERNIE's 103,424 with
   entries no prompt can produce, each decoding to a word (every 8th ends a sentence): a random model emits any id,
   and an id without text would stream nothing, which the API cannot tell from a stalled model.
 - Index: python3.11-doc ingested by `rag-ingest` on the GPU (RAG_PARSE_WORKERS, RAG_INGEST_WRITERS as measured by
