@@ -90,6 +90,9 @@ def plan_sync(paths: Sequence[Path], manifest: Manifest, max_bytes: int, prune: 
         plan.skipped += scan.skipped
         plan.failed.update(scan.failed)
         present: set[str] = set()
+        # A file named alone (an upload swapped into place, `rag-ingest FILE`) is always hashed: a replacement of
+        # the same size staged within the same clock tick as the file it replaced has its recorded mtime too.
+        named = path.is_file()
         for found in scan.files:
             doc_id = document_id(found.root, found.source)
             present.add(doc_id)
@@ -97,16 +100,16 @@ def plan_sync(paths: Sequence[Path], manifest: Manifest, max_bytes: int, prune: 
                 plan.failed[found.source] = f"file is {found.size / 2**20:.1f} MiB, over the limit of " \
                                             f"{max_bytes / 2**20:.1f} MiB (RAG_MAX_FILE_MB)"
                 continue
-            _classify(plan, found, doc_id, known.get(doc_id))
+            _classify(plan, found, doc_id, known.get(doc_id), trust_stat=not named)
         if prune and scan.prune:
             plan.deletions += [entry for doc_id, entry in known.items() if doc_id not in present]
     return plan
 
 
-def _classify(plan: Plan, found: FoundFile, doc_id: str, entry: Entry | None) -> None:
+def _classify(plan: Plan, found: FoundFile, doc_id: str, entry: Entry | None, trust_stat: bool = True) -> None:
     sidecar = sidecar_hash(found)
     # Same size and mtime as recorded: trust the recorded hash (as rsync does).
-    if entry and (entry.size, entry.mtime_ns) == (found.size, found.mtime_ns):
+    if trust_stat and entry and (entry.size, entry.mtime_ns) == (found.size, found.mtime_ns):
         digest = entry.content_hash
     else:
         try:

@@ -120,3 +120,21 @@ def test_search_finds_the_right_document_and_page(docs: Path, write: Write, sett
     hits = Retriever(embedder, build_store(settings)).search("How do I change the toner?", 2, LOCAL_OPERATOR)
     assert (hits[0].source, hits[0].page) == ("printers.pdf", 2)
     assert hits[0].score > hits[1].score
+
+
+def test_a_file_named_alone_is_hashed_even_with_the_recorded_size_and_mtime(docs: Path, write: Write,
+                                                                            settings: Settings,
+                                                                            embedder: CountingEmbedder) -> None:
+    """An upload swapped into place can have the size and mtime of the version it replaced (staged in the same clock
+    tick: ten concurrent uploads of one name did): a file named alone is hashed, not trusted by its stat."""
+    old = write("hours.md", "# Hours\nThe office opens at 8 o'clock.\n")
+    _sync(docs, settings, embedder)
+    stat = old.stat()
+    staged = docs / ".upload-new"
+    staged.write_text("# Hours\nThe office opens at 9 o'clock.\n")
+    os.utime(staged, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    staged.replace(old)
+    assert old.stat().st_size == stat.st_size and old.stat().st_mtime_ns == stat.st_mtime_ns
+    library = service.library(App(settings))
+    assert [task.found.source for task in library.dry_run([old]).tasks] == ["hours.md"]
+    assert library.dry_run([docs]).tasks == []  # a folder's scan still trusts size and mtime (as rsync does)
