@@ -2,10 +2,9 @@
 
 One forward pass over 8 questions costs a quarter to a third of 8 passes of one (MiniLM and e5 on 2 cores, torch bf16
 and ONNX Runtime: `python -m benchmarks.app_cost` prints it), and 8 threads running the model at once fight over the
-same cores. No call
-waits for company: a call made while none runs goes at once, alone; calls that arrive while a batch runs wait for
-it and go together in the next one, led by the first of them. The last few results are remembered: one answer
-embeds its question twice (the search, then the quote ranking when the answer is quoted).
+same cores. No call waits for company: a call made while none runs goes at once, alone; calls that arrive while a
+batch runs wait for it and go together in the next one, led by the first of them. The last few results are
+remembered: one answer embeds its question twice (the search, then the quote ranking when the answer is quoted).
 """
 
 from __future__ import annotations
