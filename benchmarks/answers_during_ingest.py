@@ -8,7 +8,7 @@ fake OpenAI-compatible server of the unit tests (it quotes the first excerpt's f
 grounding check as a good model's do), so the figures are the app's own and not vLLM's. One client asks questions
 back to back (a pause of 20 ms between them), first idle, then for as long as the sync runs. The corpus is
 synthetic Markdown of the sample documents' words (the embedder's cost per chunk is what it is on real text).
-`--quick` (20 + 40 chunks) checks that the benchmark runs.
+`--quick` (10 + 20 chunks) checks that the benchmark runs.
 """
 
 from __future__ import annotations
@@ -117,10 +117,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--chunks", type=int, default=10_000)
     parser.add_argument("--idle-questions", type=int, default=60)
     parser.add_argument("--before", type=int, default=1000, help="chunks indexed before the measured sync")
-    parser.add_argument("--quick", action="store_true", help="20 chunks before, 40 ingested, 5 idle questions")
+    parser.add_argument("--quick", action="store_true", help="10 chunks before, 20 ingested, 5 idle questions")
     args = parser.parse_args(argv)
     if args.quick:
-        run(40, 5, before=20)
+        run(20, 5, before=10)
     else:
         run(args.chunks, args.idle_questions, args.before)
 

