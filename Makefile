@@ -83,11 +83,12 @@ $(CHROMIUM) $(POSTGRES):
 	$(SUDO) apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium postgresql
 
-# Unit tests (no vLLM, no browser) on every core, each worker's models on one thread that sleeps when idle (with
-# more workers than cores, threads per model call only fight each other and spin), then the tests that drive real servers (one vLLM, Chromium, Chroma
-# and PostgreSQL servers) one at a time. The dev-set floors are `make eval` (CI runs both).
+# Unit tests (no vLLM, no browser) on every core: each worker's models on one thread that sleeps when idle (with more
+# workers than cores, threads per model call only fight each other and spin), idle workers take tests queued for busy
+# ones (worksteal: the long tests otherwise pile up on one worker). Then the tests that drive real servers (one vLLM,
+# Chromium, Chroma and PostgreSQL servers) one at a time. The dev-set floors are `make eval` (CI runs both).
 test: setup lint $(CHROMIUM) $(POSTGRES)
-	OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE $(BIN)/pytest -q -n $(TEST_WORKERS) -m "not slow and not integration and not eval" --durations=15
+	OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE $(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not slow and not integration and not eval" --durations=15
 	$(BIN)/pytest -q -m "(slow or integration) and not eval" --durations=30
 
 # Retrieval and answer floors on the dev sets (data/eval): every corpus ingested, the real LLM for answers and

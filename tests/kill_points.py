@@ -130,7 +130,10 @@ def child(argv: list[str]) -> None:
 
 def serve() -> None:
     """Import once, then fork a child per line of arguments read from stdin (JSON list); after each, print
-    `{"exit": status}` (-9: killed). Saves the two seconds of imports per kill point."""
+    `{"exit": status}` (-9: killed). Saves the seconds of imports per kill point (Chroma's among them: the app
+    imports it only when it opens a store)."""
+    import chromadb  # noqa: F401
+
     from ingest import service  # noqa: F401
     from ui.serving import documents  # noqa: F401
 

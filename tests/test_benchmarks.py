@@ -14,6 +14,7 @@ import pytest
 
 from benchmarks import answers_during_ingest, api_throughput, ingest_throughput
 from benchmarks.common import server_process
+from rag.components.models import BUNDLED_EMBED_MODEL
 from rag.config import Settings
 from tests.conftest import REPO, free_port
 
@@ -131,7 +132,8 @@ def test_failed_server_start_leaves_no_process(tmp_path: Path, monkeypatch: pyte
     fake, _ = fake_server(tmp_path)
     llm_port, serve_port = free_port(), free_port()
     for name, value in {"RAG_LLM_BASE_URL": f"http://127.0.0.1:{llm_port}/v1", "RAG_VLLM_PYTHON": fake[0],
-                        "RAG_LLM_MODEL_PATH": str(model), "RAG_DATA_DIR": str(tmp_path / "data")}.items():
+                        "RAG_LLM_MODEL_PATH": str(model), "RAG_DATA_DIR": str(tmp_path / "data"),
+                        "RAG_EMBED_MODEL": BUNDLED_EMBED_MODEL}.items():  # one model: its ingest is not the point
         monkeypatch.setenv(name, value)
     # --max-tokens 8: below what RAG_MAX_ANSWER_TOKENS allows, which only the served app checks.
     with pytest.raises(RuntimeError, match=r"(?s)rag exited with code .*RAG_MAX_ANSWER_TOKENS"):

@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 from ingest import service
+from rag.components.models import BUNDLED_EMBED_MODEL
 from rag.config import Settings
-from rag.core.ports import Embedder
-from rag.wiring import build_store
+from rag.wiring import build_embedder, build_store
 
 BIN = Path(sys.executable).parent
 FILES = 24
@@ -37,12 +37,13 @@ def _recorded(data_dir: Path) -> int:
 
 def _ingest(docs: Path, data_dir: Path) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAG_")}
-    env |= {"RAG_DATA_DIR": str(data_dir), "RAG_INGEST_BATCH_CHUNKS": "24"}  # files commit one by one
+    # Files commit one by one; MiniLM alone (a third of the pair's cost: what is stored when does not depend on it).
+    env |= {"RAG_DATA_DIR": str(data_dir), "RAG_INGEST_BATCH_CHUNKS": "24", "RAG_EMBED_MODEL": BUNDLED_EMBED_MODEL}
     return subprocess.Popen([str(BIN / "rag-ingest"), str(docs), "--json"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def test_sigkill_mid_run_then_rerun_converges(tmp_path: Path, real_embedder: Embedder) -> None:
+def test_sigkill_mid_run_then_rerun_converges(tmp_path: Path) -> None:
     docs = tmp_path / "docs"
     docs.mkdir()
     _corpus(docs)
@@ -58,12 +59,13 @@ def test_sigkill_mid_run_then_rerun_converges(tmp_path: Path, real_embedder: Emb
     assert 0 < done_before_kill < FILES, "the kill must land mid-run"
 
     assert _ingest(docs, crashed).wait(timeout=600) == 0
-    # The reference: a clean ingest in this process (same code path, the session's model, no second interpreter).
-    clean_settings = Settings(data_dir=clean, ingest_batch_chunks=24, _env_file=None)  # type: ignore[call-arg]
-    assert not service.sync([docs], clean_settings, embedder=real_embedder)[1].failed
+    # The reference: a clean ingest in this process (same code path and model, no second interpreter).
+    clean_settings = Settings(data_dir=clean, ingest_batch_chunks=24, embed_model=BUNDLED_EMBED_MODEL,
+                              _env_file=None)  # type: ignore[call-arg]
+    assert not service.sync([docs], clean_settings, embedder=build_embedder(clean_settings))[1].failed
 
-    after_crash = build_store(Settings(data_dir=crashed, _env_file=None))  # type: ignore[call-arg]
-    reference = build_store(Settings(data_dir=clean, _env_file=None))  # type: ignore[call-arg]
+    after_crash = build_store(clean_settings.model_copy(update={"data_dir": crashed}))
+    reference = build_store(clean_settings)
     assert after_crash.count() == reference.count() > FILES
     assert after_crash.all_ids() == reference.all_ids()
     assert _recorded(crashed) == _recorded(clean) == FILES
