@@ -40,7 +40,9 @@ class TorchEmbedder:
     @property
     def dimension(self) -> int:
         """Length of one embedding vector."""
-        dim = self._model.get_sentence_embedding_dimension()
+        # sentence-transformers 6 renamed it (the old name warns on every `rag ask`); older releases have the old one.
+        measure = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
+        dim = measure()
         assert dim is not None
         return int(dim)
 
