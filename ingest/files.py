@@ -12,6 +12,8 @@ import secrets
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,6 +95,19 @@ def move_aside(path: Path) -> Path:
         raise ReadOnlyFolder(f"cannot remove {path.name} from the documents folder ({exc.strerror}); the document "
                               "stays in the index, unchanged") from exc
     return aside
+
+
+@contextmanager
+def swapped_in(staged: Path, target: Path) -> Iterator[Swap]:
+    """A staged upload in place of its target for the block: kept when the block ends, the previous file put back
+    (or the new one removed) when it raises."""
+    swap = swap_in(staged, target)
+    try:
+        yield swap
+    except BaseException:
+        swap.restore()
+        raise
+    swap.commit()
 
 
 def staged_file(folder: Path) -> tuple[int, Path]:

@@ -237,11 +237,10 @@ class _Writer:
 
     def _store_batch(self, batch: Batch) -> None:
         self._manifest.begin([task.doc_id for task, _, _ in batch.docs])
-        self._store.upsert(batch.chunks, batch.vectors)
+        chunk_ids = {task.doc_id: tuple(chunk.chunk_id for chunk in chunks) for task, _, chunks in batch.docs}
+        self._store.replace(batch.chunks, batch.vectors, chunk_ids)
         for task, doc, chunks in batch.docs:
-            ids = tuple(chunk.chunk_id for chunk in chunks)
-            # New chunks are in place before old ones go: the file is never missing from search.
-            self._store.delete(sorted(self._store.ids_of_document(task.doc_id) - set(ids)))
+            ids = chunk_ids[task.doc_id]
             found = task.found
             self._manifest.put(Entry(task.doc_id, found.root.as_posix(), found.source, task.content_hash,
                                      found.size, found.mtime_ns, doc.title, ids, access=doc.access.label,

@@ -7,7 +7,7 @@ import json
 import random
 import shutil
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,9 +84,9 @@ class _Recording:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    def upsert(self, chunks: Sequence[Chunk], vectors: Vectors) -> None:
+    def replace(self, chunks: Sequence[Chunk], vectors: Vectors, documents: Mapping[str, Sequence[str]]) -> None:
         self.threads.add(threading.current_thread().name)
-        self._inner.upsert(chunks, vectors)
+        self._inner.replace(chunks, vectors, documents)
 
 
 def test_parse_workers_and_writers_store_the_same_as_one_of_each(tmp_path: Path) -> None:

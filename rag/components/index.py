@@ -5,7 +5,7 @@ keyword index is embedded (rag.components.keyword, SQLite beside the data dir) o
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from rag.components.store import ChromaStore
 from rag.core.access import DocAccess
@@ -34,6 +34,14 @@ class Index:
         self.dense.upsert(chunks, vectors)
         if self.keyword is not None:
             self.keyword.add(chunks)
+
+    def replace(self, chunks: Sequence[Chunk], vectors: Vectors, documents: Mapping[str, Sequence[str]]) -> None:
+        """Store chunks with their vectors, then remove each of `documents`' stored chunks that are not among its
+        ids (document id -> its chunk ids now): new chunks are in place before old ones go, so that a file is never
+        missing from search."""
+        self.upsert(chunks, vectors)
+        for doc_id, ids in documents.items():
+            self.delete(sorted(self.ids_of_document(doc_id) - set(ids)))
 
     def delete(self, ids: Sequence[str]) -> None:
         """Remove chunks from both sides."""

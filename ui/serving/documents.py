@@ -4,6 +4,7 @@ feedback listing. Everything a principal may not see is answered as if it did no
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,17 +104,13 @@ def ingest_upload(services: Services, principal: Principal, staged: Path, target
     with services.library.change(f"an upload ({channel})", deadline):
         check_upload(services, principal, target, replace)  # again, under the lock: no other upload lands now
         labelled = _label_for_scope(principal, staged, target)
-        swap = files.swap_in(staged, target)
-        try:
+        # A failed ingest raises inside: the previous version is put back (as its chunks stayed), then the sidecar
+        # this upload was given removed.
+        with _removed_on_error(labelled), files.swapped_in(staged, target):
             _, report = services.library.sync([target], prune=False, locked=True,
                                               within=services.library.documents_dir)
-        except BaseException:
-            _restore(swap, labelled)
-            raise
-        if report.failed:
-            _restore(swap, labelled)  # the previous version stays, as its chunks did
-            raise InvalidDocument(f"{target.name}: {next(iter(report.failed.values()))}")
-        swap.commit()
+            if report.failed:
+                raise InvalidDocument(f"{target.name}: {next(iter(report.failed.values()))}")
     entry = _entry_at(services, target)
     assert entry is not None, "a successful sync records the file"
     status = "unchanged" if report.unchanged else "updated" if report.updated or report.regrouped else "added"
@@ -155,10 +152,15 @@ def _declared_access(staged: Path, target: Path, sidecar: Path) -> DocAccess:
     return document_access(meta.get("groups"))
 
 
-def _restore(swap: files.Swap, labelled: Path | None) -> None:
-    swap.restore()
-    if labelled is not None:
-        labelled.unlink(missing_ok=True)
+@contextlib.contextmanager
+def _removed_on_error(labelled: Path | None) -> Iterator[None]:
+    """The sidecar an upload was given (if any) removed when the block raises."""
+    try:
+        yield
+    except BaseException:
+        if labelled is not None:
+            labelled.unlink(missing_ok=True)
+        raise
 
 
 
