@@ -82,7 +82,7 @@ def run_sync(plan: Plan, embedder: Embedder | None, store: Index, manifest: Mani
     for entry in plan.deletions:
         remove_document(store, manifest, entry)
         report.deleted += 1
-    report.chunks = store.count()
+    report.chunks = store.repair_and_count()
     report.seconds = time.perf_counter() - started
     return report
 

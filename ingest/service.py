@@ -95,7 +95,6 @@ class Library:
                               embedder.max_tokens) if embedder else ChunkSpec("", 0, 0, 0))
             report = run_sync(plan, embedder, store, manifest, spec, limits.parse_timeout_s, progress,
                               limits.batch_chunks, parse_workers=limits.parse_workers, writers=limits.writers)
-            store.sync_keyword()  # repairs what a crash (or an index older than keyword search) left out
         return plan, report
 
     def settle_leftovers(self) -> list[str]:

@@ -22,9 +22,6 @@ KEY = "admin-key-0123456789"
 UPLOAD_CALLBACK = "ui/api/uploads.py:stage_upload -> ui/api/routes_documents.py:accept"
 # Files a path enters more than twice, by design, and how often at most (a ratchet: more fails the test).
 MANY_WAYS_IN = {
-    # The ingest runner stores each batch (Index.replace) and counts what is stored at the end; the sync then
-    # repairs the keyword index: three verbs of the one port ingest writes through.
-    "rag/components/index.py": 3,
     # Stop, the stream's stop signal, is made and set by the serving layer and read by the LLM client between chunks.
     "rag/core/ports.py": 5,
 }

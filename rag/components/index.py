@@ -63,6 +63,12 @@ class Index:
         """Every chunk id in the dense store."""
         return self.dense.all_ids()
 
+    def repair_and_count(self) -> int:
+        """The end of a sync: what a crash (or an index older than keyword search) left out of the keyword index
+        repaired (sync_keyword), then the number of chunks stored."""
+        self.sync_keyword()
+        return self.count()
+
     def sync_keyword(self) -> tuple[int, int]:
         """Bring the keyword index in line with the dense store (after a crash, or for an index built before
         keyword search or access labels existed): (chunks added or relabelled, chunks removed)."""
