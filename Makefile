@@ -36,7 +36,7 @@ uv-installed:
 
 # Both environments get their bytecode compiled at install (uv's default is not to): otherwise the first test run
 # compiles it in every process that imports torch or chromadb at once (a fresh clone's unit phase 4:23 -> 2:47 for
-# 15 s more here).
+# 18-22 s more here).
 export UV_COMPILE_BYTECODE := 1
 
 # uv resolves and installs the locked set in seconds (pip's resolver backtracks for minutes on chainlit).
