@@ -173,8 +173,10 @@ async def one_bare(client: Any, url: str, body: dict[str, Any]) -> dict[str, Any
                     tokens = chunk["usage"]["completion_tokens"]
     except Exception as exc:  # counted as a failure, never fatal to the cell
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:200], "sent": sent}
-    return {"ok": status == 200 and first is not None, "status": status, "sent": sent, "first": first,
-            "end": time.perf_counter(), "tokens": tokens}
+    end = time.perf_counter()
+    # A real model may end at once (an empty answer): that is an answer, its first text is its end.
+    return {"ok": status == 200, "status": status, "sent": sent, "first": first or end, "end": end,
+            "tokens": tokens}
 
 
 async def one_ask(client: Any, url: str, question: str) -> dict[str, Any]:
@@ -197,6 +199,27 @@ async def one_ask(client: Any, url: str, question: str) -> dict[str, Any]:
     return {"ok": status == 200 and first is not None and "error" not in answer, "status": status, "sent": sent,
             "first": first, "end": time.perf_counter(), "tokens": answer.get("usage", {}).get("completion_tokens"),
             "mode": answer.get("mode"), "fallback": answer.get("fallback"), "timings": answer.get("timings")}
+
+
+def samples(llm_url: str, worker: str, model: str, asked: list[tuple[str, list[dict[str, Any]]]],
+            penalty: float) -> list[Any]:
+    """What the model and the API answer to a few questions, printed and kept: a run's answers can be read."""
+    import httpx
+
+    kept = []
+    for question, messages in asked:
+        text = []
+        body = bare_body(messages, model, 256, penalty)
+        with httpx.stream("POST", f"{llm_url}/v1/chat/completions", json=body, timeout=120) as response:
+            for line in response.iter_lines():
+                if line.startswith("data: {"):
+                    text += [c["delta"].get("content") or "" for c in json.loads(line[6:]).get("choices", [])]
+        ask = httpx.post(f"{worker}/v1/ask", json={"question": question}, timeout=120).json()
+        kept.append({"question": question, "bare": "".join(text),
+                     "answer": ask.get("answer"), "mode": ask.get("mode"), "fallback": ask.get("fallback"),
+                     "withheld": ask.get("withheld")})
+        print(json.dumps(kept[-1], ensure_ascii=False), flush=True)
+    return kept
 
 
 async def drive(kind: str, urls: list[str], payloads: list[Any], rate: float, duration: float, seed: int,
@@ -317,6 +340,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             from rag.config import Settings
 
             defaults = Settings(_env_file=None)  # type: ignore[call-arg]
+            result["samples"] = samples(llm_url, workers[0], model, asked[:args.samples],
+                                        defaults.llm_repetition_penalty)
+            if args.samples_only:
+                return result
             for n, tokens in enumerate(args.bare_tokens or [defaults.max_answer_tokens]):
                 # Each anchor: the API's requests with this many output tokens at most (the default: what the API
                 # asks for; a small one: what the API's early stop lets the model write).
@@ -366,7 +393,7 @@ def llm_server(args: argparse.Namespace, port: int, scratch: Path, logs: Path, r
         write_model(model, Path(args.tokenizer))
         result["tokenizer_padded"] = pad_tokenizer(model)
     # fp8 weights and prefix caching, the production profile; a GGUF keeps its own quantization (Q4_K_M).
-    profile = ["--enable-prefix-caching"] if model.suffix == ".gguf" else PROFILES["fp8"]
+    profile = ["--enable-prefix-caching"] if model.suffix == ".gguf" else PROFILES[args.profile]
     command = [args.python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--served-model-name",
                SERVED, "--host", "127.0.0.1", "--port", str(port), *flags, *profile]
     started = time.perf_counter()
@@ -439,6 +466,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tokenizer", help="a tokenizer folder with a chat template (vocabulary < 103,424)")
     parser.add_argument("--model", help="serve this model folder's real weights (e.g. the offline default LLM, "
                         "scripts/convert_gguf.py) instead of the ERNIE-shaped random ones")
+    parser.add_argument("--profile", default="fp8", choices=sorted(PROFILES), help="vLLM's profile (gpu_serving)")
     parser.add_argument("--model-config", help="with a GGUF --model: the folder of its tokenizer and config")
     parser.add_argument("--docs", help="the folder to ingest (default: python3.11-doc, fetched into data/cache)")
     parser.add_argument("--workers", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 4, 8])
@@ -448,6 +476,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--questions", type=int, default=200)
     parser.add_argument("--bare-tokens", type=lambda s: [int(x) for x in s.split(",")], default=None,
                         help="max_tokens of the bare anchors (first: `bare`; default RAG_MAX_ANSWER_TOKENS)")
+    parser.add_argument("--samples", type=int, default=4, help="answers printed before the load, bare and API")
+    parser.add_argument("--samples-only", action="store_true", help="stop after the samples (no load)")
     parser.add_argument("--omp-threads", type=int, default=2, help="OMP_NUM_THREADS of each worker")
     parser.add_argument("--ingest-device", default="cuda")
     parser.add_argument("--python", default=sys.executable, help="the interpreter that has vLLM")

@@ -132,6 +132,8 @@ def test_gpu_stack_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     result = json.loads(out.read_text())
     configs = {row["config"] for row in result["rows"]}
     assert configs == {"bare", "api-1"} and result["questions"] > 0
+    # The samples: the fake model's text (excerpt [1]'s opening words) and the API's answer to the same question.
+    assert result["samples"] and all(s["bare"] and s["answer"] and s["mode"] for s in result["samples"])
     assert all(row["failed"] == 0 and row["ttft_p50_ms"] for row in result["rows"])
     assert any(mode.startswith(("generated", "extracted")) for row in result["rows"] for mode in row["modes"])
     assert "best rate holding TTFT p99 <= 1 s: bare " in capsys.readouterr().out
