@@ -160,34 +160,30 @@ class Stopped(Exception):
     """The caller stopped a stream (its client went away): not a failure of the LLM."""
 
 
-class Stop:
+class Stop(threading.Event):
     """Stops streams from another thread: a stream ends with Stopped at its next chunk, and a read still waiting on
     the server (a queued request, a long prefill) is cut short by shutting its connection down. Either way the
-    server sees the client go, and vLLM aborts the request."""
+    server sees the client go, and vLLM aborts the request. Readers ask the Event's `is_set`."""
 
     def __init__(self) -> None:
+        super().__init__()
         self._lock = threading.Lock()
-        self._set = False
         self._hooks: dict[int, Callable[[], None]] = {}
 
     def set(self) -> None:
         """Stop now; safe from any thread."""
         with self._lock:  # hooks run under the lock: a stream past its `hook` block has let its connection go
-            self._set = True
+            super().set()
             for action in self._hooks.values():
                 with suppress(OSError):
                     action()
             self._hooks.clear()
 
-    def is_set(self) -> bool:
-        """Whether the streams should stop."""
-        return self._set
-
     @contextmanager
     def hook(self, action: Callable[[], None]) -> Iterator[None]:
         """Run `action` when stopped while the block runs (at once if stopped already)."""
         with self._lock:
-            if self._set:
+            if self.is_set():
                 with suppress(OSError):
                     action()
             self._hooks[id(action)] = action
