@@ -160,21 +160,18 @@ async def load(urls: list[str], route: str, asked: list[str], clients: int) -> l
     return results
 
 
-def route_rows(urls: list[str], pids: list[int], asked: list[str], clients: int) -> list[dict[str, Any]]:
-    """One timed pass per route after a warm-up: CPU ms per answer, answers per CPU second, latency."""
+def route_row(urls: list[str], pids: list[int], route: str, asked: list[str], clients: int) -> dict[str, Any]:
+    """One timed pass of a route after a warm-up: CPU ms per answer, answers per CPU second, latency."""
     asyncio.run(load(urls, "ask-json", asked[: max(4, clients)], clients))  # warm-up: models, caches, JIT paths
-    rows = []
-    for route in ROUTES:
-        before, started = cpu_seconds(pids), time.perf_counter()
-        results = asyncio.run(load(urls, route, asked, clients))
-        cpu, wall = cpu_seconds(pids) - before, time.perf_counter() - started
-        latencies = sorted(seconds for seconds, _, _ in results)
-        rows.append({"route": route, "answers": len(results), "errors": sum(not ok for _, ok, _ in results),
-                     "generated": sum(mode == "generated" for _, _, mode in results),
-                     "cpu_ms_per_answer": 1000 * cpu / len(results), "answers_per_cpu_s": len(results) / cpu,
-                     "answers_per_s": len(results) / wall, "p50_ms": 1000 * statistics.median(latencies),
-                     "p90_ms": 1000 * latencies[int(0.9 * (len(latencies) - 1))]})
-    return rows
+    before, started = cpu_seconds(pids), time.perf_counter()
+    results = asyncio.run(load(urls, route, asked, clients))
+    cpu, wall = cpu_seconds(pids) - before, time.perf_counter() - started
+    latencies = sorted(seconds for seconds, _, _ in results)
+    return {"route": route, "answers": len(results), "errors": sum(not ok for _, ok, _ in results),
+            "generated": sum(mode == "generated" for _, _, mode in results),
+            "cpu_ms_per_answer": 1000 * cpu / len(results), "answers_per_cpu_s": len(results) / cpu,
+            "answers_per_s": len(results) / wall, "p50_ms": 1000 * statistics.median(latencies),
+            "p90_ms": 1000 * latencies[int(0.9 * (len(latencies) - 1))]}
 
 
 class StageClock:
@@ -296,8 +293,11 @@ def measure(args: argparse.Namespace, tmp: Path) -> tuple[list[dict[str, Any]], 
         stack.enter_context(server_process([sys.executable, "-m", "benchmarks.app_cost", "--stub-llm",
                                             str(stub_port)], f"http://127.0.0.1:{stub_port}/health",
                                            tmp / "logs" / "stub.log", env={**os.environ, "PYTHONPATH": str(REPO)}))
-        urls, pids = spawn_workers(stack, args.workers, env, tmp / "logs")
-        rows = route_rows(urls, pids, asked, args.clients)
+        rows = []
+        for route in ROUTES:  # fresh workers for each: no route finds what the one before left in memory
+            with ExitStack() as workers:
+                urls, pids = spawn_workers(workers, args.workers, env, tmp / "logs")
+                rows.append(route_row(urls, pids, route, asked, args.clients))
         stages = stage_rows(settings, asked)
     alone, together = batched_queries(settings, asked)
     return rows, {**stages, "query alone": alone, "query in 8": together}

@@ -24,6 +24,7 @@ from rag.components.models import model_cache_dir, resolve_embed_model
 from rag.components.onnx_embedder import ModelFolder, load_onnx_embedder, onnx_file
 from rag.components.paired_embedder import PAIR_SEPARATOR, PairedEmbedder, pair_parts
 from rag.components.rerank import CrossEncoderReranker
+from rag.components.sentence_cache import RememberedSentences
 from rag.components.store import ChromaStore
 from rag.components.unanswered import UnansweredStore
 from rag.config import EmbeddingSettings, LLMSettings, Settings, StorageSettings, load_settings
@@ -291,8 +292,8 @@ def build_engine(settings: Settings, embedder: Embedder | None = None, store: In
     tuning = settings.tuning
     return QueryEngine(retriever, llm, top_k=settings.top_k, refusal_threshold=tuning.refusal_threshold,
                        refusal_threshold_cjk=tuning.refusal_threshold_cjk, mode=settings.answer_mode,
-                       encoder=sentence_encoder(embedder), max_answer_tokens=settings.max_answer_tokens,
-                       model_languages=settings.model_languages,
+                       encoder=RememberedSentences(sentence_encoder(embedder)),
+                       max_answer_tokens=settings.max_answer_tokens, model_languages=settings.model_languages,
                        links=LinkPolicy.parse(settings.link_allowlist))
 
 

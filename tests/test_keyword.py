@@ -39,6 +39,9 @@ def test_tokens_are_stemmed_english_and_jieba_chinese_without_stopwords() -> Non
     assert tokenize("How do I configure the printers?") == ["configur", "printer"]
     assert tokenize("如何阻止软件包被升级？apt-mark hold") == ["阻止", "软件", "软件包", "升级", "apt", "mark", "hold"]
     assert cjk_share("软件包 apt") == pytest.approx(3 / 6)
+    # Letters and digits of every script count; punctuation, spaces, full-width signs and underscores do not.
+    assert cjk_share("1.2 版本（beta_2）：升级！Ärger ① x²") == pytest.approx(4 / 19)
+    assert cjk_share("") == cjk_share("... ，。") == 0.0 and cjk_share("軟體豈") == 1.0
 
 
 def test_index_persists_updates_and_scores_coverage(tmp_path: Path) -> None:

@@ -1,0 +1,52 @@
+"""The quote ranking's sentence vectors, remembered: a server quotes from the same popular chunks again and again.
+
+The extractive ranking (rag.core.extract) embeds the best ten sentences of an answer's excerpts whenever it quotes
+them; that was the largest share of a worker's CPU in benchmarks.app_cost (a third of it, for the third of answers
+that were quoted). A sentence's vector depends on its text alone, so the last SENTENCES of them are kept, keyed by
+text (1.5 KiB each for MiniLM: 6 MiB in all).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+
+import numpy as np
+
+from rag.core.extract import Encoder
+from rag.core.ports import Vectors
+
+SENTENCES = 4096
+
+
+class RememberedSentences:
+    """An Encoder whose `embed_documents` runs the model only on sentences it has not seen lately; safe from many
+    threads (two threads may embed the same new sentence once each: the model, not the lock, is the slow part)."""
+
+    def __init__(self, encoder: Encoder, size: int = SENTENCES) -> None:
+        self._encoder, self._size = encoder, size
+        self._lock = threading.Lock()
+        self._vectors: OrderedDict[str, Vectors] = OrderedDict()
+
+    def embed_query(self, text: str) -> Vectors:
+        """The encoder's question vector (its own embedder remembers recent questions)."""
+        return self._encoder.embed_query(text)
+
+    def embed_documents(self, texts: Sequence[str]) -> Vectors:
+        """One normalized row per text, from memory where the text was embedded lately."""
+        with self._lock:
+            known = {text: self._vectors[text] for text in texts if text in self._vectors}
+            for text in known:
+                self._vectors.move_to_end(text)
+        missing = list(dict.fromkeys(text for text in texts if text not in known))
+        if missing:
+            fresh = dict(zip(missing, self._encoder.embed_documents(missing), strict=True))
+            with self._lock:
+                self._vectors.update(fresh)
+                while len(self._vectors) > self._size:
+                    self._vectors.popitem(last=False)
+            known |= fresh
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32)
+        return np.stack([known[text] for text in texts]).astype(np.float32, copy=False)
