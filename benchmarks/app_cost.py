@@ -269,7 +269,8 @@ def spawn_workers(stack: ExitStack, count: int, env: dict[str, str], logs: Path)
     urls, pids = [], []
     for n in range(count):
         port = free_port()
-        command = [str(Path(sys.executable).parent / "rag"), "serve", "--no-chat", "--port", str(port)]
+        # The CLI through this interpreter, not a console script: the GPU machine has none (benchmarks/gpu_device.sh).
+        command = [sys.executable, "-c", "from ui.cli import main; main()", "serve", "--no-chat", "--port", str(port)]
         process = stack.enter_context(server_process(command, f"http://127.0.0.1:{port}/healthz",
                                                      logs / f"worker-{n}.log", env=env, timeout_s=300))
         urls.append(f"http://127.0.0.1:{port}")
@@ -287,7 +288,8 @@ def measure(args: argparse.Namespace, tmp: Path) -> tuple[list[dict[str, Any]], 
     folder = corpus(args.docs, tmp / "docs")
     service.sync([folder], settings)
     env = {**os.environ, "RAG_DATA_DIR": str(settings.data_dir), "RAG_LLM_BASE_URL": settings.llm_base_url,
-           "RAG_LLM_MODEL": "stub"}
+           "RAG_LLM_MODEL": "stub",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     asked = questions(args.requests, folder)
     with ExitStack() as stack:
         stack.enter_context(server_process([sys.executable, "-m", "benchmarks.app_cost", "--stub-llm",

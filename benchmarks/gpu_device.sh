@@ -7,7 +7,7 @@
 # each (benchmarks/gpu_carry.sh builds them). Each call, made within 30 s of the last so that the machine and its
 # /tmp survive:
 #
-#   bash benchmarks/gpu_device.sh PART_DIR STEP        STEP: facts | ingest | ingest-synthetic | stack | wait
+#   bash benchmarks/gpu_device.sh PART_DIR STEP        STEP: facts | ingest | ingest-synthetic | stack | wait | app-cost
 #
 # keeps its part, unpacks every member whose sha256 matches (complete), then runs STEP with results under $OUT.
 set -uo pipefail
@@ -76,4 +76,9 @@ import ingest.service, ui.server, benchmarks.gpu_ingest, benchmarks.gpu_stack; p
       < /dev/null > /dev/null 2>&1 &
     wait_stack ;;
   wait) wait_stack ;;
+  app-cost)  # the app's CPU per answer (stub LLM), questions embedded on the CPU, then on the GPU; MiniLM travels
+    for device in cpu cuda; do
+      RAG_EMBED_MODEL=bundled:all-MiniLM-L6-v2 RAG_EMBED_DEVICE=$device "$PY" -m benchmarks.app_cost $EXTRA 2>&1 \
+        | tee "$OUT/app-cost-$device.txt" | tail -n 16
+    done ;;
 esac
