@@ -12,6 +12,7 @@ import pytest
 from ingest import service
 from rag.components.models import resolve_embed_model
 from rag.components.paired_embedder import CHINESE_AT, PairedEmbedder, first_weight, pair_parts
+from rag.components.sentence_cache import RememberedSentences
 from rag.config import BUNDLED_PAIR_MODEL, Settings
 from rag.core.access import LOCAL_OPERATOR
 from rag.core.errors import ConfigError
@@ -184,4 +185,4 @@ def test_quotes_are_ranked_by_the_pairs_first_model_and_a_single_model_by_itself
     settings = Settings(data_dir=tmp_path / "data", _env_file=None)  # type: ignore[call-arg]
     assert sentence_encoder(pair) is first and sentence_encoder(first) is first
     engine = build_engine(settings, pair, build_store(settings), FakeLLMServer(lambda messages: "").llm())
-    assert engine._encoder is first
+    assert isinstance(engine._encoder, RememberedSentences) and engine._encoder._encoder is first  # remembered
