@@ -295,10 +295,13 @@ def measure(args: argparse.Namespace, tmp: Path) -> tuple[list[dict[str, Any]], 
         stack.enter_context(server_process([sys.executable, "-m", "benchmarks.app_cost", "--stub-llm",
                                             str(stub_port)], f"http://127.0.0.1:{stub_port}/health",
                                            tmp / "logs" / "stub.log", env={**os.environ, "PYTHONPATH": str(REPO)}))
-        rows = []
-        for route in ROUTES:  # fresh workers for each: no route finds what the one before left in memory
-            with ExitStack() as workers:
-                urls, pids = spawn_workers(workers, args.workers, env, tmp / "logs")
+        rows: list[dict[str, Any]] = []
+        for route in ROUTES:  # fresh workers for each (but --quick's): no route finds what the last left in memory
+            with ExitStack() as fresh:
+                if args.quick and not rows:
+                    urls, pids = spawn_workers(stack, args.workers, env, tmp / "logs")
+                elif not args.quick:
+                    urls, pids = spawn_workers(fresh, args.workers, env, tmp / "logs")
                 rows.append(route_row(urls, pids, route, asked, args.clients))
         stages = stage_rows(settings, asked)
     alone, together = batched_queries(settings, asked)
