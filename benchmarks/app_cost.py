@@ -296,11 +296,10 @@ def measure(args: argparse.Namespace, tmp: Path) -> tuple[list[dict[str, Any]], 
                                             str(stub_port)], f"http://127.0.0.1:{stub_port}/health",
                                            tmp / "logs" / "stub.log", env={**os.environ, "PYTHONPATH": str(REPO)}))
         rows: list[dict[str, Any]] = []
+        urls, pids = spawn_workers(stack, args.workers, env, tmp / "logs") if args.quick else ([], [])
         for route in ROUTES:  # fresh workers for each (but --quick's): no route finds what the last left in memory
             with ExitStack() as fresh:
-                if args.quick and not rows:
-                    urls, pids = spawn_workers(stack, args.workers, env, tmp / "logs")
-                elif not args.quick:
+                if not args.quick:
                     urls, pids = spawn_workers(fresh, args.workers, env, tmp / "logs")
                 rows.append(route_row(urls, pids, route, asked, args.clients))
         stages = stage_rows(settings, asked)

@@ -36,6 +36,7 @@ def test_rows_equal_the_models_and_only_new_sentences_are_embedded() -> None:
     remembered.embed_documents(["c d", "a b"])
     assert model.embedded == ["a b", "c d", "e f", "g h", "c d"]
     assert np.array_equal(remembered.embed_query("a b"), HashingEncoder().embed_query("a b"))
+    assert remembered.embed_documents([]).shape == (0, HashingEncoder.dimension)  # the model's own empty answer
 
 
 def test_many_threads_get_their_own_rows() -> None:

@@ -35,6 +35,8 @@ class RememberedSentences:
 
     def embed_documents(self, texts: Sequence[str]) -> Vectors:
         """One normalized row per text, from memory where the text was embedded lately."""
+        if not texts:
+            return self._encoder.embed_documents(texts)
         with self._lock:
             known = {text: self._vectors[text] for text in texts if text in self._vectors}
             for text in known:
@@ -47,6 +49,4 @@ class RememberedSentences:
                 while len(self._vectors) > self._size:
                     self._vectors.popitem(last=False)
             known |= fresh
-        if not texts:
-            return np.zeros((0, 0), dtype=np.float32)
         return np.stack([known[text] for text in texts]).astype(np.float32, copy=False)

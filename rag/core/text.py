@@ -30,7 +30,7 @@ def has_cjk(text: str) -> bool:
 def cjk_share(text: str) -> float:
     """The share of Han characters among the letters and digits of a text (0 for pure English)."""
     # Counted in C (map over str.isalnum, findall): a search ranks ~70 chunks of ~1,500 characters by it, and a
-    # Python loop over their characters cost ~5 CPU ms an answer. Han characters are letters (isalnum).
+    # Python loop over their characters cost ~1.4 CPU ms an answer. Han characters are letters (isalnum).
     letters = sum(map(str.isalnum, text))
     return len(_CJK.findall(text)) / letters if letters else 0.0
 
