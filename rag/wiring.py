@@ -252,8 +252,11 @@ def build_llm(settings: LLMSettings) -> LLM:
     """The openai SDK client for RAG_LLM_BASE_URL, with bounded timeouts (an unreachable server fails fast)."""
     from openai import OpenAI, Timeout
 
+    from rag.components.kept_alive import pooled_http_client
+
     timeout = Timeout(settings.llm_timeout_s, connect=settings.llm_connect_timeout_s)
-    client = OpenAI(base_url=settings.llm_base_url, api_key=settings.llm_api_key, timeout=timeout, max_retries=0)
+    client = OpenAI(base_url=settings.llm_base_url, api_key=settings.llm_api_key, timeout=timeout, max_retries=0,
+                    http_client=pooled_http_client())
     return LLM(client, settings.llm_model, settings.max_answer_tokens, settings.llm_temperature,
                settings.llm_repetition_penalty)
 
