@@ -158,6 +158,27 @@ def test_support_in_chinese_keeps_negation_and_quantity(sentence: str, supported
     assert (verdict.supported, verdict.reason) == (supported, reason)
 
 
+VACUUMING = "There are two variants of VACUUM: standard VACUUM and VACUUM FULL. VACUUM FULL can reclaim more disk " \
+            "space but runs much more slowly. Also, the standard form of VACUUM can run in parallel with production " \
+            "database operations."
+
+
+@pytest.mark.parametrize(("sentence", "supported", "reason"), [
+    ("VACUUM FULL can reclaim more disk space but runs much more slowly.", True, ""),
+    ("Standard VACUUM can run in parallel with production database operations.", True, ""),
+    # A term said of another term: the name VACUUM is there, but only as part of VACUUM FULL where this is said.
+    ("Standard VACUUM can reclaim more disk space but runs much more slowly.", False, "name"),
+    ("VACUUM FULL can run in parallel with production database operations.", False, "name"),
+    # The subject turned into what it is compared with (Qwen's bullet under "standard VACUUM" in the demo).
+    ("Can reclaim more disk space but runs much more slowly than VACUUM FULL.", False, "polarity"),
+])
+def test_a_term_and_a_comparison_are_what_the_excerpt_says_them_of(sentence: str, supported: bool,
+                                                                  reason: str) -> None:
+    checker = SupportChecker([VACUUMING], "en", "What is the difference between VACUUM and VACUUM FULL?")
+    verdict = checker.check(sentence)
+    assert (verdict.supported, verdict.reason) == (supported, reason)
+
+
 def test_code_fences_and_their_language_tag_are_not_words_of_the_claim() -> None:
     verdict = SupportChecker([VENV], "en").check("```bash\npython3 -m venv tutorial-env\n```")
     assert verdict.supported and verdict.text == "python3 -m venv tutorial-env"

@@ -47,6 +47,10 @@ POLARITY = {
     # A reason given ("Because …", "因为 …") must be one the excerpt gives: a fact is not its own cause.
     "cause": re.compile(r"\b(?:because|since|therefore|thus|hence|reason|due to|so that)\b|"
                         r"因为|由于|所以|因此|原因|为了", re.IGNORECASE),
+    # A comparison's other side ("… runs more slowly than VACUUM FULL") must be one the excerpt compares with: with
+    # "VACUUM FULL … runs much more slowly", the two-part reading let the subject become what it is compared to.
+    # English only: 比 starts 比如 and 比较 as often as it compares.
+    "than": re.compile(r"\bthan\b", re.IGNORECASE),
 }
 _KEPT = frozenset({"not"})  # a stopword that is a claim
 

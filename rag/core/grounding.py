@@ -1,8 +1,9 @@
 """The support check: is a sentence of an answer backed by the excerpts, and by which of them; and a loop guard.
 
 A sentence is supported when its content words align, in order, to one compact place of one excerpt
-(rag.core.alignment) closely enough, that place says the same about negation and quantity (not, most, only; 不, 大多数,
-只), and the sentence around it holds every number and every name or identifier the sentence states, exactly. Words
+(rag.core.alignment) closely enough, that place says the same about negation and quantity (not, most, only, than; 不,
+大多数, 只), and the sentence around it holds every number and every name or identifier the sentence states,
+exactly, and each upper-case term as the whole term (VACUUM is not VACUUM FULL). Words
 the sentence shares with the question count only where the excerpt's place holds them too. The floors are
 calibrated on labelled sentences of the offline model (data/eval/support; docs: precision and recall).
 """
@@ -40,6 +41,7 @@ _NUMBER_WORD = re.compile(rf"\b(?:{'|'.join(_NUMBER_WORDS)})\b", re.IGNORECASE)
 _VARIABLE = re.compile(r"\$\{?\w+\}?")  # $LANG, ${HOME}: a different variable is a different claim
 # Identifiers: options (--upgrade), paths, file names, dotted or dashed names, words with digits (python3).
 _IDENTIFIER = re.compile(r"(?<![\w-])(?:--?[A-Za-z][\w-]*|[\w./~-]*[A-Za-z][\w~-]*(?:[./_-]|\d)[\w./~-]*\w)")
+_CAPS_TERM = re.compile(r"(?<![\w-])[A-Z][A-Z0-9_]+(?:[ \t]+[A-Z][A-Z0-9_]+)*(?![\w-])")
 _NAME = re.compile(r"(?<=[a-z,;)]\s)[A-Z][A-Za-z]+(?:\s+[A-Z][A-Za-z]+)*")
 # A Latin word written into Chinese text is a name or a term (Debian, cron-apt).
 _LATIN_IN_HAN = re.compile(f"(?:(?<=[{HAN_RANGE}])|(?<=[{HAN_RANGE}] ))[A-Za-z][\\w.+-]*")
@@ -121,6 +123,20 @@ def holds_facts(text: str, facts: tuple[set[str], set[str]]) -> str:
     if not all(re.search(rf"(?<![\d.]){re.escape(number)}(?!\d|\.\d)", text) for number in facts[0]):
         return "number"
     return "" if all(name in text for name in facts[1]) else "name"
+
+
+def caps_terms(text: str) -> set[str]:
+    """Upper-case terms, each as long as it runs (VACUUM FULL, CREATE INDEX, GPL), single-spaced."""
+    return {" ".join(term.split()) for term in _CAPS_TERM.findall(text)}
+
+
+def other_term(sentence: str, place: str) -> bool:
+    """Whether the sentence names an upper-case term that the place holds only as a longer or shorter one: with
+    "VACUUM FULL can reclaim more disk space", "Standard VACUUM can reclaim more disk space" holds the name VACUUM
+    as text, but not as the term the excerpt says it of."""
+    held = caps_terms(place)
+    return any(term not in held and any(set(term.split()) & set(other.split()) for other in held)
+               for term in caps_terms(sentence))
 
 
 def _around(text: str, start: int, end: int) -> str:
@@ -211,7 +227,8 @@ class SupportChecker:
         """What the excerpt's place [start, end) lacks for the sentence: "polarity", "number", "name", "heading"."""
         if polarity(excerpt[_before(excerpt, start):end]) != stated:
             return "polarity"
-        missing = holds_facts(_squash(_around(excerpt, start, end)), facts)
+        around = _around(excerpt, start, end)
+        missing = holds_facts(_squash(around), facts) or ("name" if other_term(shown, around) else "")
         if not missing and _heading_only(shown, excerpt, start, end):
             return "heading"
         return missing
