@@ -124,6 +124,17 @@ def test_extract_quotes_the_answering_sentence_and_the_command_it_introduces() -
     assert extract("anything", [Hit("d", "Hi.", "x.md", 0.5)], "en") == []
 
 
+def test_a_quote_holds_the_terms_the_question_names() -> None:
+    # data/QUESTIONS.md #10: two rare plain words (意思, 分别) outweighed the terms asked about.
+    i18n = "一个应用软件的多语言化 (M17N)或本地语言支持，通过 2 个步骤完成。\n" \
+           "国际化 (I18N): 使一个软件能够处理多个语言环境。\n本地化 (L10N)：使一个软件处理一个特定的语言环境。"
+    wants = "这些“想要”标志表示用户想要对软件包做什么。 他们的意思分别是： " \
+            "未知（unknown）：用户从未表示是否需要该软件包。 安装（install）：用户希望该软件包被安装或升级。"
+    hits = [Hit("a", i18n, "i18n.html", 0.6), Hit("b", wants, "faq.html", 0.55)]
+    assert [quote.text for quote in extract("I18N 和 L10N 分别是什么意思？", hits, "zh")] == [
+        "国际化 (I18N): 使一个软件能够处理多个语言环境。", "本地化 (L10N)：使一个软件处理一个特定的语言环境。"]
+
+
 @pytest.mark.parametrize(("sentence", "reason"), [
     # Words of the excerpt recombined into a claim it does not make: no one place of it says so.
     ("The name Debian comes from August 16th, 1993.", "coverage"),

@@ -1,8 +1,9 @@
 """The extractive answer: the few sentences of the excerpts that best answer the question, in their own words.
 
 Sentences are ranked by `w·cosine + (1−w)·keyword coverage` (coverage weighted by how rare each question word is
-among the candidate sentences), with the dense share set by the question's language as in retrieval (the offline
-embedder reads English only). A sentence that ends in a colon brings the line it introduces (a command, a list).
+among the candidate sentences, a term the question names — upper case or with digits — three times), with the dense
+share set by the question's language as in retrieval (the offline embedder reads English only). A sentence that ends
+in a colon brings the line it introduces (a command, a list).
 """
 
 from __future__ import annotations
@@ -31,6 +32,11 @@ MIN_SCORE = {"en": 0.3, "zh": 0.2}
 # instead of "not in the documents" (calibrated on the tune halves of the dev sets and near-miss questions: docs).
 CONFIDENT_SCORE = {"en": 0.55, "zh": 0.4}
 HOW_BONUS = 0.15
+# A term the question names (I18N, L10N, VACUUM, python3: upper case or with digits) weighs this many times a plain
+# word of the same rarity: "I18N 和 L10N 分别是什么意思？" quoted "他们的意思分别是：…" (two rare plain words) over
+# "国际化 (I18N): …" and "本地化 (L10N)：…".
+TERM_WEIGHT = 3.0
+_TERM = re.compile(r"(?<![\w-])(?:[A-Za-z][\w-]*\d[\w-]*|[A-Z]{2,}[A-Z0-9]*)(?![\w-])")
 HEADING_PULL = 0.5  # sentences under a heading that asks the question rank up to 1.5 times higher
 
 # "How do I …" questions want the step itself: sentences that instruct get HOW_BONUS.
@@ -141,7 +147,9 @@ def _instructs(candidate: _Candidate) -> bool:
 
 def _keyword_scores(question: str, candidates: Sequence[_Candidate], asked: set[str]) -> list[float]:
     df = Counter(token for c in candidates for token in c.tokens & asked)
-    weight = {token: math.log(1 + len(candidates) / (1 + df[token])) for token in asked}
+    terms = set(tokenize(" ".join(_TERM.findall(question))))
+    weight = {token: math.log(1 + len(candidates) / (1 + df[token])) * (TERM_WEIGHT if token in terms else 1.0)
+              for token in asked}
     total = sum(weight.values()) or 1.0
     return [sum(weight[token] for token in c.tokens & asked) / total for c in candidates]
 
