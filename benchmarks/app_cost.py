@@ -304,8 +304,9 @@ def measure(args: argparse.Namespace, tmp: Path) -> tuple[list[dict[str, Any]], 
                     urls, pids = spawn_workers(fresh, args.workers, env, tmp / "logs")
                 rows.append(route_row(urls, pids, route, asked, args.clients))
         # As `rag serve` runs the models (one thread per call): the default pool's second thread spins on 2 cores.
-        stages = stage_rows(serving_threads(settings), asked)
-    alone, together = batched_queries(serving_threads(settings), asked)
+        served = serving_threads(settings)
+        stages = stage_rows(served, asked)
+    alone, together = batched_queries(served, asked)
     return rows, {**stages, "query alone": alone, "query in 8": together}
 
 

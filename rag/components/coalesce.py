@@ -10,9 +10,10 @@ remembered: a question asked again, or embedded twice for one answer (the search
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable
 from typing import Generic, TypeVar
+
+from rag.components.recent import Recent
 
 # Questions whose vectors an embedder keeps (1.5 KiB each for MiniLM or e5-small): a helpdesk's staff ask the same
 # questions again, and a question embedded once costs each of the pair's models 5–10 ms of CPU when it comes alone.
@@ -41,19 +42,18 @@ class Coalescer(Generic[T, R]):
     items are shared: callers must not change them."""
 
     def __init__(self, batch: Callable[[list[T]], Iterable[R]], most: int = 32, remember: int = 0) -> None:
-        self._batch, self._most, self._remember = batch, most, remember
+        self._batch, self._most = batch, most
         self._lock = threading.Lock()
         self._waiting: list[_Call[T, R]] = []
         self._running = False
-        self._recent: OrderedDict[T, R] = OrderedDict()
+        self._recent: Recent[T, R] = Recent(remember)
         self.batches = 0  # how many batches ran (for tests and benchmarks)
 
     def __call__(self, item: T) -> R:
         call: _Call[T, R] = _Call(item)
         with self._lock:
-            if item in self._recent:
-                self._recent.move_to_end(item)
-                return self._recent[item]
+            if (known := self._recent.get(item)) is not None:
+                return known
             self._waiting.append(call)
             call.leads = not self._running
             self._running = True
@@ -85,11 +85,8 @@ class Coalescer(Generic[T, R]):
                 call.ready.set()
 
     def _keep(self, calls: list[_Call[T, R]]) -> None:
-        with self._lock:
-            for call in calls[-self._remember:] if self._remember else ():
-                self._recent[call.item] = call.result  # type: ignore[assignment]
-            while len(self._recent) > self._remember:
-                self._recent.popitem(last=False)
+        for call in calls:
+            self._recent.put(call.item, call.result)  # type: ignore[arg-type]
 
     def _hand_over(self) -> None:
         """The first waiting call leads the next batch; with none waiting, the next call runs at once."""

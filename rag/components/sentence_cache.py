@@ -8,12 +8,11 @@ text (1.5 KiB each for MiniLM: 6 MiB in all).
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
 
+from rag.components.recent import Recent
 from rag.core.extract import Encoder
 from rag.core.ports import Vectors
 
@@ -22,12 +21,11 @@ SENTENCES = 4096
 
 class RememberedSentences:
     """An Encoder whose `embed_documents` runs the model only on sentences it has not seen lately; safe from many
-    threads (two threads may embed the same new sentence once each: the model, not the lock, is the slow part)."""
+    threads (two threads may embed the same new sentence once each: the model is the slow part, not the memory)."""
 
     def __init__(self, encoder: Encoder, size: int = SENTENCES) -> None:
-        self._encoder, self._size = encoder, size
-        self._lock = threading.Lock()
-        self._vectors: OrderedDict[str, Vectors] = OrderedDict()
+        self._encoder = encoder
+        self._vectors: Recent[str, Vectors] = Recent(size)
 
     def embed_query(self, text: str) -> Vectors:
         """The encoder's question vector (its own embedder remembers recent questions)."""
@@ -37,16 +35,11 @@ class RememberedSentences:
         """One normalized row per text, from memory where the text was embedded lately."""
         if not texts:
             return self._encoder.embed_documents(texts)
-        with self._lock:
-            known = {text: self._vectors[text] for text in texts if text in self._vectors}
-            for text in known:
-                self._vectors.move_to_end(text)
+        known = {text: vector for text in texts if (vector := self._vectors.get(text)) is not None}
         missing = list(dict.fromkeys(text for text in texts if text not in known))
         if missing:
             fresh = dict(zip(missing, self._encoder.embed_documents(missing), strict=True))
-            with self._lock:
-                self._vectors.update(fresh)
-                while len(self._vectors) > self._size:
-                    self._vectors.popitem(last=False)
+            for text, vector in fresh.items():
+                self._vectors.put(text, vector)
             known |= fresh
         return np.stack([known[text] for text in texts]).astype(np.float32, copy=False)
