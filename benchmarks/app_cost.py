@@ -59,8 +59,9 @@ def _chunk(delta: dict[str, Any], usage: dict[str, int] | None = None) -> str:
     return f"data: {json.dumps(body)}\n\n"
 
 
-def stub_llm(port: int) -> None:
-    """Serve the stub model on 127.0.0.1:port until killed."""
+def stub_llm(port: int, interval: int = 1) -> None:
+    """Serve the stub model on 127.0.0.1:port until killed; `interval` words to a chunk, as vLLM's
+    --stream-interval sends that many tokens to one (the first alone)."""
     import uvicorn
     from starlette.applications import Starlette
     from starlette.requests import Request
@@ -70,7 +71,8 @@ def stub_llm(port: int) -> None:
     async def chat(request: Request) -> StreamingResponse:
         body = await request.json()
         words = best_sentence(body["messages"][-1]["content"]).split(" ")
-        pieces = [(" " if n else "") + word for n, word in enumerate(words)]
+        spaced = [(" " if n else "") + word for n, word in enumerate(words)]
+        pieces = spaced[:1] + ["".join(spaced[at:at + interval]) for at in range(1, len(spaced), interval)]
         usage = {"prompt_tokens": 400, "completion_tokens": len(pieces), "total_tokens": 400 + len(pieces)}
         events = [_chunk({"content": piece}) for piece in pieces] + [_chunk({}, usage), "data: [DONE]\n\n"]
         return StreamingResponse(iter(events), media_type="text/event-stream")
@@ -294,7 +296,7 @@ def measure(args: argparse.Namespace, tmp: Path) -> tuple[list[dict[str, Any]], 
     asked = questions(args.requests, folder)
     with ExitStack() as stack:
         stack.enter_context(server_process([sys.executable, "-m", "benchmarks.app_cost", "--stub-llm",
-                                            str(stub_port)], f"http://127.0.0.1:{stub_port}/health",
+                                            str(stub_port), "--stream-interval", str(args.stream_interval)], f"http://127.0.0.1:{stub_port}/health",
                                            tmp / "logs" / "stub.log", env={**os.environ, "PYTHONPATH": str(REPO)}))
         rows: list[dict[str, Any]] = []
         urls, pids = spawn_workers(stack, args.workers, env, tmp / "logs") if args.quick else ([], [])
@@ -337,16 +339,20 @@ def generated(row: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     """Command line."""
+    from rag.config import Settings
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=1, help="rag serve processes (default 1)")
     parser.add_argument("--clients", type=int, help="concurrent clients (default 8; --quick: 2)")
     parser.add_argument("--requests", type=int, help="requests per route (default 160; --quick: 6)")
     parser.add_argument("--docs", type=int, help="documents ingested (default 120; --quick: 3)")
     parser.add_argument("--quick", action="store_true", help="3 documents, 2 clients, 6 requests")
+    parser.add_argument("--stream-interval", type=int, default=Settings().llm_stream_interval,
+                        help="tokens per streamed chunk, as `rag llm` asks vLLM for (default RAG_LLM_STREAM_INTERVAL)")
     parser.add_argument("--stub-llm", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.stub_llm:
-        stub_llm(args.stub_llm)
+        stub_llm(args.stub_llm, args.stream_interval)
         return
     for name, full, quick in (("clients", 8, 2), ("requests", 160, 6), ("docs", 120, 3)):
         if getattr(args, name) is None:

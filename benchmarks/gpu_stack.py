@@ -395,7 +395,8 @@ def llm_server(args: argparse.Namespace, port: int, scratch: Path, logs: Path, r
     # fp8 weights and prefix caching, the production profile; a GGUF keeps its own quantization (Q4_K_M).
     profile = ["--enable-prefix-caching"] if model.suffix == ".gguf" else PROFILES[args.profile]
     command = [args.python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--served-model-name",
-               SERVED, "--host", "127.0.0.1", "--port", str(port), *flags, *profile, *args.vllm_flags.split()]
+               SERVED, "--host", "127.0.0.1", "--port", str(port), *flags, *profile,
+               "--stream-interval", str(args.stream_interval), *args.vllm_flags.split()]
     started = time.perf_counter()
     with process(command, logs / "vllm.log", {}, f"http://127.0.0.1:{port}/health"):
         result["vllm"] = {**server_facts(logs / "vllm.log"), "start_s": round(time.perf_counter() - started, 1),
@@ -477,6 +478,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--bare-tokens", type=lambda s: [int(x) for x in s.split(",")], default=None,
                         help="max_tokens of the bare anchors (first: `bare`; default RAG_MAX_ANSWER_TOKENS)")
     parser.add_argument("--samples", type=int, default=4, help="answers printed before the load, bare and API")
+    parser.add_argument("--stream-interval", type=int, default=4, help="vLLM's tokens per chunk, as deployed")
     parser.add_argument("--vllm-flags", default="", help="more vLLM flags (e.g. --enforce-eager: a quick start)")
     parser.add_argument("--samples-only", action="store_true", help="stop after the samples (no load)")
     parser.add_argument("--omp-threads", type=int, default=2, help="OMP_NUM_THREADS of each worker")

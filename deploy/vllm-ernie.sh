@@ -34,6 +34,9 @@ args=(
   # 3 excerpts of <=256 tokens + ~450-token system prompt + history + a 384-token answer fit easily.
   --max-model-len "${MAX_MODEL_LEN:-8192}"
   --max-num-seqs "${MAX_NUM_SEQS:-256}"
+  # Four tokens to a streamed chunk (the first goes alone): a quarter of the SSE events for vLLM to write and for
+  # the app's workers to parse (docs/performance.md, benchmarks/app_cost.py --stream-interval).
+  --stream-interval "${STREAM_INTERVAL:-4}"
   # A dedicated GPU: 0.85 measured best. Sharing the GPU: 0.4 still holds 3.2M KV tokens (388 requests of 8k),
   # more than 256 sequences need (docs/performance.md).
   --gpu-memory-utilization "${GPU_MEMORY_UTILIZATION:-0.85}"

@@ -262,6 +262,7 @@ class LLMSettings(BaseSettings):
     llm_max_model_len: int = Field(default=4096, ge=256)
     llm_dtype: Literal["auto", "bfloat16", "float32"] = "auto"
     llm_compile: Literal["auto", "eager", "compile"] = "auto"
+    llm_stream_interval: int = Field(default=4, ge=1, le=64)
     llm_start_timeout_s: float = Field(default=900.0, gt=0)
     vllm_python: Path = Path(".venv-vllm/bin/python")
 

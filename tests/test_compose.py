@@ -75,6 +75,7 @@ def test_vllm_serves_ernie_in_fp8_with_prefix_caching_on_a_gpu(compose: dict[str
     flags = dict(arg.removeprefix("--").partition("=")[::2] for arg in vllm["command"])
     assert flags["model"] == "baidu/ERNIE-4.5-0.3B-PT"
     assert flags["quantization"] == "fp8" and "enable-prefix-caching" in flags
+    assert flags["stream-interval"] == "4"
     assert {"max-model-len", "max-num-seqs", "gpu-memory-utilization"} <= flags.keys()
     assert vllm["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
     assert "/health" in " ".join(vllm["healthcheck"]["test"])

@@ -34,6 +34,7 @@ def test_profile_serves_ernie_fp8_with_prefix_caching() -> None:
     assert int(flags["--max-model-len"]) >= 4096
     assert int(flags["--max-num-seqs"]) > 0
     assert 0 < float(flags["--gpu-memory-utilization"]) < 1
+    assert flags["--stream-interval"] == "4"
     assert "--api-key" not in command and "k" not in command
 
 

@@ -31,6 +31,12 @@ def test_the_command_carries_the_chosen_dtype() -> None:
     assert command[command.index("--dtype") + 1] == "float32"
 
 
+def test_the_command_streams_several_tokens_to_a_chunk() -> None:
+    command = vllm_command(Settings(llm_base_url="http://127.0.0.1:8011/v1", llm_stream_interval=6))
+    assert command[command.index("--stream-interval") + 1] == "6"
+    assert Settings().llm_stream_interval == 4
+
+
 def test_reserved_cores_follow_the_machine_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
     settings = Settings(llm_base_url="http://127.0.0.1:8011/v1")
     monkeypatch.delenv("VLLM_CPU_NUM_OF_RESERVED_CPU", raising=False)
