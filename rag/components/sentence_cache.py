@@ -17,6 +17,10 @@ from rag.core.extract import Encoder
 from rag.core.ports import Vectors
 
 SENTENCES = 4096
+# A model call pads every sentence to the longest one in it, and the quote ranking's ten sentences run from a few
+# words to a paragraph: one call spent 2.2x the tokens it needed on benchmarks.app_cost's quoted answers. Calls of
+# this many sentences of similar length: 56 -> 36 CPU ms per quoted answer (MiniLM, bf16, one thread; docs).
+SIMILAR_LENGTHS = 4
 
 
 class RememberedSentences:
@@ -38,8 +42,15 @@ class RememberedSentences:
         known = {text: vector for text in texts if (vector := self._vectors.get(text)) is not None}
         missing = list(dict.fromkeys(text for text in texts if text not in known))
         if missing:
-            fresh = dict(zip(missing, self._encoder.embed_documents(missing), strict=True))
+            fresh = {text: vector for group in _by_length(missing, SIMILAR_LENGTHS)
+                     for text, vector in zip(group, self._encoder.embed_documents(group), strict=True)}
             for text, vector in fresh.items():
                 self._vectors.put(text, vector)
             known |= fresh
         return np.stack([known[text] for text in texts]).astype(np.float32, copy=False)
+
+
+def _by_length(texts: Sequence[str], size: int) -> list[list[str]]:
+    """The texts shortest first, in groups of `size` (characters stand in for tokens)."""
+    ordered = sorted(texts, key=len)
+    return [ordered[start:start + size] for start in range(0, len(ordered), size)]
