@@ -295,9 +295,10 @@ def measure(args: argparse.Namespace, tmp: Path) -> tuple[list[dict[str, Any]], 
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     asked = questions(args.requests, folder)
     with ExitStack() as stack:
-        stack.enter_context(server_process([sys.executable, "-m", "benchmarks.app_cost", "--stub-llm",
-                                            str(stub_port), "--stream-interval", str(args.stream_interval)], f"http://127.0.0.1:{stub_port}/health",
-                                           tmp / "logs" / "stub.log", env={**os.environ, "PYTHONPATH": str(REPO)}))
+        stub = [sys.executable, "-m", "benchmarks.app_cost", "--stub-llm", str(stub_port),
+                "--stream-interval", str(args.stream_interval)]
+        stack.enter_context(server_process(stub, f"http://127.0.0.1:{stub_port}/health", tmp / "logs" / "stub.log",
+                                           env=env))
         rows: list[dict[str, Any]] = []
         urls, pids = spawn_workers(stack, args.workers, env, tmp / "logs") if args.quick else ([], [])
         for route in ROUTES:  # fresh workers for each (but --quick's): no route finds what the last left in memory
@@ -316,6 +317,8 @@ def print_report(args: argparse.Namespace, rows: list[dict[str, Any]], stages: d
     """The two tables."""
     print(f"{args.workers} worker(s), {args.clients} clients, {args.requests} requests per route, "
           f"{args.docs} documents, {os.cpu_count()} cores")
+    embed = {name: os.environ.get(name, "(default)") for name in ("RAG_EMBED_MODEL", "RAG_EMBED_DEVICE")}
+    print(", ".join(f"{name}={value}" for name, value in embed.items()))
     print(f"{'route':<12} {'CPU ms/answer':>13} {'answers/CPU s':>13} {'answers/s':>9} {'p50 ms':>7} {'p90 ms':>7}"
           f" {'generated':>9} {'errors':>6}")
     for row in rows:
@@ -328,7 +331,7 @@ def print_report(args: argparse.Namespace, rows: list[dict[str, Any]], stages: d
         print(f"  {stage:<11} {ms:7.2f}")
     print(f"  {'total':<11} {sum(stages.values()):7.2f}")
     alone, together = batching.values()
-    print(f"query embedding (both models), process CPU ms per question: one at a time {alone:.2f}, 8 together "
+    print(f"query embedding (RAG_EMBED_MODEL), process CPU ms per question: one at a time {alone:.2f}, 8 together "
           f"{together:.2f} ({alone / together:.1f}x)")
 
 
@@ -339,21 +342,23 @@ def generated(row: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     """Command line."""
-    from rag.config import Settings
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=1, help="rag serve processes (default 1)")
     parser.add_argument("--clients", type=int, help="concurrent clients (default 8; --quick: 2)")
     parser.add_argument("--requests", type=int, help="requests per route (default 160; --quick: 6)")
     parser.add_argument("--docs", type=int, help="documents ingested (default 120; --quick: 3)")
     parser.add_argument("--quick", action="store_true", help="3 documents, 2 clients, 6 requests")
-    parser.add_argument("--stream-interval", type=int, default=Settings().llm_stream_interval,
+    parser.add_argument("--stream-interval", type=int,
                         help="tokens per streamed chunk, as `rag llm` asks vLLM for (default RAG_LLM_STREAM_INTERVAL)")
     parser.add_argument("--stub-llm", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.stub_llm:
-        stub_llm(args.stub_llm, args.stream_interval)
+        stub_llm(args.stub_llm, args.stream_interval or 1)
         return
+    if args.stream_interval is None:  # the stub's process has only the standard library: settings are read here
+        from rag.config import Settings
+
+        args.stream_interval = Settings().llm_stream_interval
     for name, full, quick in (("clients", 8, 2), ("requests", 160, 6), ("docs", 120, 3)):
         if getattr(args, name) is None:
             setattr(args, name, quick if args.quick else full)
