@@ -132,6 +132,13 @@ class MemoryIndex:
         """Chunks by id, scored against the query."""
         return self._scored(ids, query, admits)
 
+    def search_with(self, query: Vectors, k: int, visible: Visible | None, overfetch: int,
+                    likely: Callable[[str], bool] | None, also: Callable[[list[str]], list[str]],
+                    admits: Admits | None) -> tuple[list[Hit], list[Hit]]:
+        """`search`, then `fetch` of what `also` names."""
+        dense = self.search(query, k, visible, overfetch, likely)
+        return dense, self.fetch(also([hit.chunk_id for hit in dense]), query, admits)
+
     def count(self) -> int:
         """Number of chunks."""
         return len(self.hits)

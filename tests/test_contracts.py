@@ -131,6 +131,44 @@ def test_dense_index_filters_by_access_and_fetches_by_id(dense_index: DenseIndex
     assert [hit.chunk_id for hit in fetched] == ["leave"] and fetched[0].score > 0
 
 
+def test_dense_index_reads_the_keyword_finds_with_its_own_hits(dense_index: DenseIndex) -> None:
+    query = HashingEncoder().embed_query("toner printers and annual leave days")
+    visible = POLICY.visible_to(HR_READER)
+    assert visible is not None
+    asked: list[list[str]] = []
+
+    def keyword_finds(found: list[str]) -> list[str]:  # the retriever's keyword side: finds beyond the dense ones
+        asked.append(found)
+        return [chunk_id for chunk_id in ("printer", "leave", "vpn") if chunk_id not in found]
+
+    dense, extra = dense_index.search_with(query, 1, visible, 4, lambda _chunk_id: True, keyword_finds,
+                                           visible.admits)
+    assert [hit.chunk_id for hit in dense] == [hit.chunk_id for hit in dense_index.search(query, 1, visible)]
+    assert asked[0] == [hit.chunk_id for hit in dense]
+    named = keyword_finds(asked[0])
+    fetched = {hit.chunk_id: hit.score for hit in dense_index.fetch(named, query, visible.admits)}
+    assert "printer" not in fetched  # the hidden chunk stays out of the keyword finds too
+    assert {hit.chunk_id: pytest.approx(hit.score, abs=1e-5) for hit in extra} == fetched
+
+
+def test_chroma_answers_a_look_ahead_search_with_its_keyword_finds_in_two_calls(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path / "data", _env_file=None)  # type: ignore[call-arg]
+    index = ChromaStore(build_chroma_client(settings), "calls", "hashing")
+    index.upsert(CHUNKS, HashingEncoder().embed_documents([c.text for c in CHUNKS]))
+    calls: list[str] = []
+    collection = index._collection
+    for name in ("query", "get"):
+        method = getattr(collection, name)
+        setattr(collection, name, lambda *a, _m=method, _n=name, **k: calls.append(_n) or _m(*a, **k))
+    visible = POLICY.visible_to(HR_READER)
+    assert visible is not None
+    query = HashingEncoder().embed_query("annual leave days")
+    dense, extra = index.search_with(query, 1, visible, 4, lambda _chunk_id: True,
+                                     lambda found: [i for i in ("vpn", "leave") if i not in found], visible.admits)
+    assert calls == ["query", "get"]  # one look-ahead query, one read of both sides' rows (three before)
+    assert len(dense) == 1 and {hit.chunk_id for hit in dense + extra} == {"vpn", "leave"}
+
+
 # --- Embedder -------------------------------------------------------------------------------------------------------
 
 @pytest.fixture(params=["served", "first", "hashing"])

@@ -149,7 +149,10 @@ class ChromaStore:
         with _chroma("fetch chunks"):
             found = self._collection.get(ids=list(ids), include=["documents", "metadatas", "embeddings"])
         vectors = np.asarray(found["embeddings"], dtype=np.float32).reshape(-1, len(query))
-        similarity = vectors @ np.asarray(query, dtype=np.float32)
+        # Cosine, as Chroma's search scores: stored rows are unit length only to bf16's precision (0.998–1.003), and
+        # a plain dot product put a keyword find up to 0.001 off the scale of the search's hits.
+        norms = np.maximum(np.linalg.norm(vectors, axis=1), 1e-12)
+        similarity = (vectors @ np.asarray(query, dtype=np.float32)) / norms
         docs, metas = found["documents"] or [], found["metadatas"] or []
         hits = [_hit(i, d, m, 1.0 - float(s)) for i, d, m, s in zip(found["ids"], docs, metas, similarity, strict=True)]
         return [hit for hit in hits if admits is None or admits(hit.access)]
@@ -195,27 +198,45 @@ class ChromaStore:
         filtered query costs ~18 µs per chunk it admits (0.3 s at 20k of 100k), while ids and distances cost
         ~10 µs per look-ahead row and labels five times that; the filtered query runs only when the look-ahead
         falls short."""
-        if visible is not None and likely is not None and overfetch > k:
-            admitted = self._nearest_admitted(query, k, visible.admits, overfetch, likely)
-            if len(admitted) >= k:
-                return admitted
-        return self._query(query, k, chroma_where(visible))
+        return self.search_with(query, k, visible, overfetch, likely, lambda _ids: [], None)[0]
 
-    def _nearest_admitted(self, query: Vectors, k: int, admits: Admits, overfetch: int,
-                          likely: Callable[[str], bool]) -> list[Hit]:
-        with _chroma("search"):
-            found = self._collection.query(query_embeddings=np.asarray([query], dtype=np.float32),
-                                           n_results=overfetch, include=["distances"])
-        picked = [(i, d) for i, d in zip(found["ids"][0], (found["distances"] or [[]])[0], strict=True)
-                  if likely(i)][:k]
-        if len(picked) < k:
-            return []
+    def search_with(self, query: Vectors, k: int, visible: Visible | None, overfetch: int,
+                    likely: Callable[[str], bool] | None, also: Callable[[list[str]], list[str]],
+                    admits: Admits | None) -> tuple[list[Hit], list[Hit]]:
+        """`search`, then the chunks `also` names given the ids found, scored against the query (those `admits`
+        lets through). On the look-ahead path one read returns both sides' rows, and the look-ahead's distances
+        score the named chunks among its nearest: two round trips to Chroma instead of three (each costs ~0.5 CPU
+        ms embedded and ~2 on a Chroma server, whatever it returns); named chunks beyond it are read with their
+        vectors."""
+        if visible is not None and likely is not None and overfetch > k:
+            with _chroma("search"):
+                found = self._collection.query(query_embeddings=np.asarray([query], dtype=np.float32),
+                                               n_results=overfetch, include=["distances"])
+            nearest = dict(zip(found["ids"][0], (found["distances"] or [[]])[0], strict=True))
+            picked = [i for i in nearest if likely(i)][:k]
+            if len(picked) >= k:
+                named = also(picked)
+                near = [i for i in named if i in nearest]
+                rows = self._rows(picked + near)
+
+                def read(ids: list[str], allowed: Admits | None) -> list[Hit]:
+                    hits = [_hit(i, *rows[i], nearest[i]) for i in ids if i in rows]
+                    return [hit for hit in hits if allowed is None or allowed(hit.access)]  # the stored label decides
+
+                dense = read(picked, visible.admits)
+                if len(dense) >= k:
+                    return dense, read(near, admits) + self.fetch([i for i in named if i not in nearest], query, admits)
+        dense = self._query(query, k, chroma_where(visible))
+        return dense, self.fetch(also([hit.chunk_id for hit in dense]), query, admits)
+
+    def _rows(self, ids: list[str]) -> dict[str, tuple[str | None, Any]]:
+        """Stored (text, metadata) by chunk id."""
+        if not ids:
+            return {}
         with _chroma("read chunks"):
-            rows = self._collection.get(ids=[i for i, _ in picked], include=["documents", "metadatas"])
-        stored = {i: (text, meta) for i, text, meta in zip(rows["ids"], rows["documents"] or [],
-                                                           rows["metadatas"] or [], strict=True)}
-        hits = [_hit(i, *stored[i], d) for i, d in picked if i in stored]
-        return [hit for hit in hits if admits(hit.access)]  # the stored label decides, not the copy
+            found = self._collection.get(ids=ids, include=["documents", "metadatas"])
+        return {i: (text, meta) for i, text, meta in zip(found["ids"], found["documents"] or [],
+                                                          found["metadatas"] or [], strict=True)}
 
     def _query(self, query: Vectors, k: int, where: dict[str, Any] | None) -> list[Hit]:
         with _chroma("search"):

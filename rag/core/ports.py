@@ -85,6 +85,13 @@ class DenseIndex(Protocol):
         """Chunks by id that `admits` lets through, scored against the query."""
         ...
 
+    def search_with(self, query: Vectors, k: int, visible: Visible | None, overfetch: int,
+                    likely: Callable[[str], bool] | None, also: Callable[[list[str]], list[str]],
+                    admits: Admits | None) -> tuple[list[Hit], list[Hit]]:
+        """`search`, and `fetch` of the ids `also` names given the ids found (the keyword side's own finds), read
+        together where the index can."""
+        ...
+
     def count(self) -> int:
         """Number of chunks stored."""
         ...

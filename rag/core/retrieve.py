@@ -262,12 +262,21 @@ class Retriever:
         visible = self.policy.visible_to(principal)
         admits = visible.admits if visible is not None else None
         look_ahead = self._look_ahead(n, admits)
-        if self.mode == "dense" or self._keyword is None:
+        keyword_index = self._keyword
+        if self.mode == "dense" or keyword_index is None:
             return self._calibrated(question, self._dense.search(query, n, visible, *look_ahead))
-        dense = self._dense.search(query, n, visible, *look_ahead) if self.mode == "hybrid" else []
-        keyword = self._keyword.search(question, n, include=[hit.chunk_id for hit in dense], admits=admits)
-        seen = {hit.chunk_id for hit in dense}
-        extra = self._dense.fetch([hit.chunk_id for hit in keyword if hit.chunk_id not in seen], query, admits)
+        keyword: list[KeywordHit] = []
+
+        def keyword_only(dense_ids: list[str]) -> list[str]:
+            """The keyword side's finds (scored for the dense ones too), and the ids of those the dense side lacks."""
+            keyword[:] = keyword_index.search(question, n, include=dense_ids, admits=admits)
+            seen = set(dense_ids)
+            return [hit.chunk_id for hit in keyword if hit.chunk_id not in seen]
+
+        if self.mode == "hybrid":  # the keyword search runs between the dense side's query and its read
+            dense, extra = self._dense.search_with(query, n, visible, *look_ahead, also=keyword_only, admits=admits)
+        else:
+            dense, extra = [], self._dense.fetch(keyword_only([]), query, admits)
         dense, extra = self._calibrated(question, dense), self._calibrated(question, extra)
         weight = self.fusion.dense_share(question, keyword) if self.mode == "hybrid" else 0.0
         return fuse(dense, keyword, extra, weight)

@@ -29,7 +29,7 @@ async def answer_once(services: Services, principal: Principal, question: str, h
                       top_k: int | None, channel: Channel = "api") -> Answer:
     """The finished answer from what the principal may see (non-streaming), within a generation slot."""
     async with contextlib.aclosing(await answer_stream(services, principal, question, history, top_k,
-                                                       channel)) as events:
+                                                       channel, final_only=True)) as events:
         async for event in events:
             if isinstance(event, Done):
                 return event.answer
@@ -37,11 +37,12 @@ async def answer_once(services: Services, principal: Principal, question: str, h
 
 
 async def answer_stream(services: Services, principal: Principal, question: str, history: Sequence[Message],
-                        top_k: int | None, channel: Channel = "api") -> AnswerStream:
+                        top_k: int | None, channel: Channel = "api", final_only: bool = False) -> AnswerStream:
     """Events of a streamed answer, holding a generation slot until closed: the caller must `aclose()` it (an
     `aclosing` block, or a response that closes it however it ends). Runs until the first answer text before
     returning, so that an empty index or an unreachable LLM becomes an error status instead of a broken stream.
-    A refused or escalated answer is recorded here, once for every edge (RAG_RECORD_UNANSWERED)."""
+    A refused or escalated answer is recorded here, once for every edge (RAG_RECORD_UNANSWERED). `final_only`:
+    the stream holds only the finished answer (Done), for callers that do not stream."""
 
     def start(stop: Stop) -> Generator[Event, None, None]:
         done: list[Answer] = []
@@ -56,7 +57,7 @@ async def answer_stream(services: Services, principal: Principal, question: str,
             if done:
                 record_unanswered(services, question, done[0], principal, channel)
 
-    return await AnswerStream.open(services, start)
+    return await AnswerStream.open(services, start, final_only)
 
 
 def unanswered_reason(answer: Answer, escalate_below: float) -> Reason | None:
