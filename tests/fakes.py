@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from rag.core.access import DocAccess, Principal, Visible
-from rag.core.ports import Admits, Delta, DenseIndex, KeywordSearch, Stop, Stopped, Usage, Vectors
+from rag.core.ports import Admits, Delta, DenseIndex, KeywordSearch, Nearest, Stop, Stopped, Usage, Vectors
 from rag.core.prompt import Message
 from rag.core.retrieve import Retriever
 from rag.core.types import Chunk, Hit
@@ -132,12 +132,16 @@ class MemoryIndex:
         """Chunks by id, scored against the query."""
         return self._scored(ids, query, admits)
 
-    def search_with(self, query: Vectors, k: int, visible: Visible | None, overfetch: int,
-                    likely: Callable[[str], bool] | None, also: Callable[[list[str]], list[str]],
-                    admits: Admits | None) -> tuple[list[Hit], list[Hit]]:
-        """`search`, then `fetch` of what `also` names."""
-        dense = self.search(query, k, visible, overfetch, likely)
-        return dense, self.fetch(also([hit.chunk_id for hit in dense]), query, admits)
+    def nearest(self, query: Vectors, k: int, overfetch: int, likely: Callable[[str], bool]) -> Nearest:
+        """The overfetch nearest, exact."""
+        ranked = sorted(self._scored(self.hits, query, None), key=lambda hit: hit.score, reverse=True)[:overfetch]
+        return Nearest([hit.chunk_id for hit in ranked if likely(hit.chunk_id)][:k],
+                       {hit.chunk_id: 1.0 - hit.score for hit in ranked})
+
+    def read(self, nearest: Nearest, named: Sequence[str], query: Vectors, visible: Visible,
+             admits: Admits | None) -> tuple[list[Hit], list[Hit]]:
+        """The picked chunks visible, and the named ones admitted."""
+        return self._scored(nearest.picked, query, visible.admits), self._scored(named, query, admits)
 
     def count(self) -> int:
         """Number of chunks."""

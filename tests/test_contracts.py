@@ -131,27 +131,21 @@ def test_dense_index_filters_by_access_and_fetches_by_id(dense_index: DenseIndex
     assert [hit.chunk_id for hit in fetched] == ["leave"] and fetched[0].score > 0
 
 
-def test_dense_index_reads_the_keyword_finds_with_its_own_hits(dense_index: DenseIndex) -> None:
+def test_dense_index_reads_a_look_ahead_and_named_chunks_together(dense_index: DenseIndex) -> None:
     query = HashingEncoder().embed_query("toner printers and annual leave days")
     visible = POLICY.visible_to(HR_READER)
     assert visible is not None
-    asked: list[list[str]] = []
-
-    def keyword_finds(found: list[str]) -> list[str]:  # the retriever's keyword side: finds beyond the dense ones
-        asked.append(found)
-        return [chunk_id for chunk_id in ("printer", "leave", "vpn") if chunk_id not in found]
-
-    dense, extra = dense_index.search_with(query, 1, visible, 4, lambda _chunk_id: True, keyword_finds,
-                                           visible.admits)
+    ahead = dense_index.nearest(query, 1, 4, lambda chunk_id: chunk_id != "printer")  # the label copy's rule
+    assert len(ahead.picked) == 1 and set(ahead.distances) == {chunk.chunk_id for chunk in CHUNKS}
+    named = [chunk_id for chunk_id in ("printer", "leave", "vpn") if chunk_id not in ahead.picked]
+    dense, extra = dense_index.read(ahead, named, query, visible, visible.admits)
     assert [hit.chunk_id for hit in dense] == [hit.chunk_id for hit in dense_index.search(query, 1, visible)]
-    assert asked[0] == [hit.chunk_id for hit in dense]
-    named = keyword_finds(asked[0])
     fetched = {hit.chunk_id: hit.score for hit in dense_index.fetch(named, query, visible.admits)}
-    assert "printer" not in fetched  # the hidden chunk stays out of the keyword finds too
+    assert "printer" not in fetched  # the hidden chunk stays out of the named ones too
     assert {hit.chunk_id: pytest.approx(hit.score, abs=1e-5) for hit in extra} == fetched
 
 
-def test_chroma_answers_a_look_ahead_search_with_its_keyword_finds_in_two_calls(tmp_path: Path) -> None:
+def test_chroma_reads_a_look_ahead_and_named_chunks_in_two_calls(tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path / "data", _env_file=None)  # type: ignore[call-arg]
     index = ChromaStore(build_chroma_client(settings), "calls", "hashing")
     index.upsert(CHUNKS, HashingEncoder().embed_documents([c.text for c in CHUNKS]))
@@ -163,8 +157,9 @@ def test_chroma_answers_a_look_ahead_search_with_its_keyword_finds_in_two_calls(
     visible = POLICY.visible_to(HR_READER)
     assert visible is not None
     query = HashingEncoder().embed_query("annual leave days")
-    dense, extra = index.search_with(query, 1, visible, 4, lambda _chunk_id: True,
-                                     lambda found: [i for i in ("vpn", "leave") if i not in found], visible.admits)
+    ahead = index.nearest(query, 1, 4, lambda _chunk_id: True)
+    dense, extra = index.read(ahead, [i for i in ("vpn", "leave") if i not in ahead.picked], query, visible,
+                              visible.admits)
     assert calls == ["query", "get"]  # one look-ahead query, one read of both sides' rows (three before)
     assert len(dense) == 1 and {hit.chunk_id for hit in dense + extra} == {"vpn", "leave"}
 

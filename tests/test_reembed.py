@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -148,3 +149,17 @@ def test_a_running_server_follows_a_same_model_reembed_so_relabels_reach_it(
         assert answer.status_code == 200 and "vpn.md" not in answer.text, answer.text
         assert (started_on, services.store.name) == (done.source, done.generation)
         assert "vpn.md" not in [doc["source"] for doc in client.get("/v1/documents").json()]
+
+
+def test_the_registry_is_read_again_once_another_process_swaps_it(tmp_path: Path) -> None:
+    registry = CollectionRegistry(tmp_path)
+    assert registry.resolve("docs", "model-b") == "docs"
+    registry.register("docs", "model-b", "docs--b--1", "docs", "model-a")
+    assert registry.resolve("docs", "model-b") == "docs--b--1"
+    # Another process's write: a new file swapped in, of the same size (the inode tells it apart).
+    swapped = tmp_path / "swapped.json"
+    swapped.write_text(registry.path.read_text().replace("docs--b--1", "docs--b--2"))
+    os.replace(swapped, registry.path)
+    assert CollectionRegistry(tmp_path).resolve("docs", "model-b") == "docs--b--2"
+    registry.path.unlink()
+    assert registry.resolve("docs", "model-b") == "docs"

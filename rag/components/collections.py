@@ -9,6 +9,7 @@ The registry is a JSON file in the index dir, written whole and swapped atomical
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -20,6 +21,7 @@ from typing import Any
 from rag.core.errors import ConfigError
 
 REGISTRY_FILE = "collections.json"
+_LAST_READ: dict[Path, tuple[tuple[int, int, int], dict[str, Any]]] = {}  # registry path → (file version, content)
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_-]+")
 
 
@@ -38,6 +40,23 @@ class CollectionRegistry:
         self.path = index_dir / REGISTRY_FILE
 
     def _read(self) -> dict[str, Any]:
+        try:
+            seen = self.path.stat()
+        except FileNotFoundError:
+            return {}
+        except OSError as exc:
+            raise ConfigError(f"cannot read the collection registry {self.path}: {exc}") from exc
+        # Every write swaps in a new file (a new inode): the same inode, time and size is the same content. A
+        # server resolves its collection on every request; a stat is what that costs while nothing changed.
+        version = (seen.st_ino, seen.st_mtime_ns, seen.st_size)
+        kept = _LAST_READ.get(self.path)
+        if kept is not None and kept[0] == version:
+            return copy.deepcopy(kept[1])
+        data = self._parse()
+        _LAST_READ[self.path] = (version, copy.deepcopy(data))
+        return data
+
+    def _parse(self) -> dict[str, Any]:
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
         except FileNotFoundError:

@@ -15,7 +15,7 @@ import numpy as np
 
 from rag.core.access import GROUP_KEY, OPEN, DocAccess, Visible
 from rag.core.errors import ConfigError, RagError, StoreUnavailable
-from rag.core.ports import Admits, Vectors
+from rag.core.ports import Admits, Nearest, Vectors
 from rag.core.types import Chunk, Hit
 
 if TYPE_CHECKING:
@@ -198,36 +198,36 @@ class ChromaStore:
         filtered query costs ~18 µs per chunk it admits (0.3 s at 20k of 100k), while ids and distances cost
         ~10 µs per look-ahead row and labels five times that; the filtered query runs only when the look-ahead
         falls short."""
-        return self.search_with(query, k, visible, overfetch, likely, lambda _ids: [], None)[0]
-
-    def search_with(self, query: Vectors, k: int, visible: Visible | None, overfetch: int,
-                    likely: Callable[[str], bool] | None, also: Callable[[list[str]], list[str]],
-                    admits: Admits | None) -> tuple[list[Hit], list[Hit]]:
-        """`search`, then the chunks `also` names given the ids found, scored against the query (those `admits`
-        lets through). On the look-ahead path one read returns both sides' rows, and the look-ahead's distances
-        score the named chunks among its nearest: two round trips to Chroma instead of three (each costs ~0.5 CPU
-        ms embedded and ~2 on a Chroma server, whatever it returns); named chunks beyond it are read with their
-        vectors."""
         if visible is not None and likely is not None and overfetch > k:
-            with _chroma("search"):
-                found = self._collection.query(query_embeddings=np.asarray([query], dtype=np.float32),
-                                               n_results=overfetch, include=["distances"])
-            nearest = dict(zip(found["ids"][0], (found["distances"] or [[]])[0], strict=True))
-            picked = [i for i in nearest if likely(i)][:k]
-            if len(picked) >= k:
-                named = also(picked)
-                near = [i for i in named if i in nearest]
-                rows = self._rows(picked + near)
+            ahead = self.nearest(query, k, overfetch, likely)
+            if len(ahead.picked) >= k:
+                admitted, _ = self.read(ahead, (), query, visible, None)
+                if len(admitted) >= k:
+                    return admitted
+        return self._query(query, k, chroma_where(visible))
 
-                def read(ids: list[str], allowed: Admits | None) -> list[Hit]:
-                    hits = [_hit(i, *rows[i], nearest[i]) for i in ids if i in rows]
-                    return [hit for hit in hits if allowed is None or allowed(hit.access)]  # the stored label decides
+    def nearest(self, query: Vectors, k: int, overfetch: int, likely: Callable[[str], bool]) -> Nearest:
+        """The `overfetch` nearest ids and distances, unfiltered; the first k that `likely` lets through."""
+        with _chroma("search"):
+            found = self._collection.query(query_embeddings=np.asarray([query], dtype=np.float32),
+                                           n_results=overfetch, include=["distances"])
+        distances = dict(zip(found["ids"][0], (found["distances"] or [[]])[0], strict=True))
+        return Nearest([i for i in distances if likely(i)][:k], distances)
 
-                dense = read(picked, visible.admits)
-                if len(dense) >= k:
-                    return dense, read(near, admits) + self.fetch([i for i in named if i not in nearest], query, admits)
-        dense = self._query(query, k, chroma_where(visible))
-        return dense, self.fetch(also([hit.chunk_id for hit in dense]), query, admits)
+    def read(self, nearest: Nearest, named: Sequence[str], query: Vectors, visible: Visible,
+             admits: Admits | None) -> tuple[list[Hit], list[Hit]]:
+        """The picked rows and the named ones among the look-ahead's in one read (the hybrid search's two round
+        trips to Chroma instead of three: each costs ~0.5 CPU ms embedded and ~2 on a Chroma server, whatever it
+        returns), scored by the look-ahead's distances; named chunks beyond it are read with their vectors."""
+        near = [i for i in named if i in nearest.distances]
+        rows = self._rows(nearest.picked + near)
+
+        def hits(ids: list[str], allowed: Admits | None) -> list[Hit]:
+            found = [_hit(i, *rows[i], nearest.distances[i]) for i in ids if i in rows]
+            return [hit for hit in found if allowed is None or allowed(hit.access)]  # the stored label decides
+
+        far = [i for i in named if i not in nearest.distances]
+        return hits(nearest.picked, visible.admits), hits(near, admits) + self.fetch(far, query, admits)
 
     def _rows(self, ids: list[str]) -> dict[str, tuple[str | None, Any]]:
         """Stored (text, metadata) by chunk id."""

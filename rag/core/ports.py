@@ -69,6 +69,15 @@ class KeywordHit:
     coverage: float
 
 
+@dataclass(frozen=True, slots=True)
+class Nearest:
+    """A look-ahead of the dense side: the chunks picked by the copy of the labels (nearest first), and the cosine
+    distance of every chunk it looked at."""
+
+    picked: list[str]
+    distances: dict[str, float]
+
+
 class DenseIndex(Protocol):
     """Search by meaning, restricted to what the asker may see (`visible`; None: no restriction), which each index
     turns into its own filter."""
@@ -85,11 +94,15 @@ class DenseIndex(Protocol):
         """Chunks by id that `admits` lets through, scored against the query."""
         ...
 
-    def search_with(self, query: Vectors, k: int, visible: Visible | None, overfetch: int,
-                    likely: Callable[[str], bool] | None, also: Callable[[list[str]], list[str]],
-                    admits: Admits | None) -> tuple[list[Hit], list[Hit]]:
-        """`search`, and `fetch` of the ids `also` names given the ids found (the keyword side's own finds), read
-        together where the index can."""
+    def nearest(self, query: Vectors, k: int, overfetch: int, likely: Callable[[str], bool]) -> Nearest:
+        """The `overfetch` nearest chunks unfiltered, without their rows: the first k that `likely` lets through
+        and every one's cosine distance."""
+        ...
+
+    def read(self, nearest: Nearest, named: Sequence[str], query: Vectors, visible: Visible,
+             admits: Admits | None) -> tuple[list[Hit], list[Hit]]:
+        """The picked chunks of `nearest` that `visible` admits by their stored labels, best first, and the `named`
+        ones that `admits` lets through scored against the query: in one read where the index can."""
         ...
 
     def count(self) -> int:

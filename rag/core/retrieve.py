@@ -11,6 +11,7 @@ so the top k are full whenever enough visible chunks exist; every hit is checked
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import re
@@ -18,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, Protocol
 
-from rag.core.access import AccessPolicy, Principal
+from rag.core.access import AccessPolicy, Principal, Visible
 from rag.core.errors import EmptyIndex
 from rag.core.ports import (
     Admits,
@@ -28,6 +29,7 @@ from rag.core.ports import (
     KeywordHit,
     KeywordSearch,
     SearchIndex,
+    Vectors,
 )
 from rag.core.sentences import Language, chunk_language, question_language
 from rag.core.text import HAN_CHAR, cjk_share
@@ -47,6 +49,7 @@ MAX_LOOK_AHEAD = 4000
 MARGIN_RANK = 5  # the keyword margin compares the best coverage with the fifth best
 FULL_BODY = 120  # a chunk with this much prose (a Han character counting twice) or more has full substance
 PROSE_WIDTH = 30
+SUBSTANCE_MEMORY = 4096  # chunks whose substance is remembered (their texts are kept: ~6 MiB)
 _PAGE_NUMBER_END = re.compile(r"(?:\s|\.)\d{1,4}$")  # a table of contents line: "1.1 In the Beginning . . . 1"
 _SENTENCE_END = re.compile(r"[.!?。！？]$")
 # Questions are translated when at least this share of the chunks the asker may see is in the other language.
@@ -100,6 +103,13 @@ def overfetch_for(n: int, share: float) -> int:
 
 
 def substance(hit: Hit) -> float:
+    """0–1: how much a chunk says beyond headings, tables of contents and title pages (see `_substance`)."""
+    return _substance(hit.text, hit.headings)
+
+
+# A server weighs the same popular chunks again and again (~40 per search); the rule reads only their text.
+@functools.lru_cache(maxsize=SUBSTANCE_MEMORY)
+def _substance(text: str, headings: str) -> float:
     """0–1: how much a chunk says beyond headings, tables of contents and title pages. Only prose lines count (at
     least PROSE_WIDTH wide, a Han character counting twice, not ending in a page number); a chunk with FULL_BODY of
     them or more scores 1, as does any chunk holding a whole sentence (a prose line ending in `.`, `。`, `?` …). A title
@@ -107,13 +117,14 @@ def substance(hit: Hit) -> float:
     title and contents pages ranked first, the answer sixth), while a one-sentence notice keeps its full score (with
     the pair's flat cosines a short Chinese answer fell from first to out of the top five; all eight dev sets'
     tune and test halves gained or held with the sentence rule)."""
-    body = hit.text[len(hit.headings) + 1:] if hit.headings and hit.text.startswith(hit.headings) else hit.text
+    body = text[len(headings) + 1:] if headings and text.startswith(headings) else text
     lines = [line.strip() for line in body.splitlines()]
-    prose = sum(width for width in map(_width, lines) if width >= PROSE_WIDTH) - sum(
-        _width(line) for line in lines if _width(line) >= PROSE_WIDTH and _PAGE_NUMBER_END.search(line))
-    if any(_SENTENCE_END.search(line) and _width(line) >= PROSE_WIDTH and not _PAGE_NUMBER_END.search(line)
-           for line in lines):
+    # Prose lines: wide enough and not a contents line, each line's width taken once.
+    prose_lines = [(line, width) for line in lines if (width := _width(line)) >= PROSE_WIDTH
+                   and not _PAGE_NUMBER_END.search(line)]
+    if any(_SENTENCE_END.search(line) for line, _ in prose_lines):
         return 1.0
+    prose = sum(width for _, width in prose_lines)
     said = max(prose, _width(" ".join(lines))) if len(lines) <= 2 else prose  # one line: a short passage is prose
     return float(min(1.0, said / FULL_BODY) ** 0.5)
 
@@ -124,7 +135,7 @@ def _width(text: str) -> int:
 
 def with_substance(hits: Sequence[Hit]) -> list[Hit]:
     """The hits with thin chunks' scores lowered by their substance, best first."""
-    weighed = [replace(hit, score=round(hit.score * substance(hit), 6)) if substance(hit) < 1 else hit
+    weighed = [hit if (said := substance(hit)) >= 1 else replace(hit, score=round(hit.score * said, 6))
                for hit in hits]
     return sorted(weighed, key=lambda hit: hit.score, reverse=True)
 
@@ -262,24 +273,36 @@ class Retriever:
         visible = self.policy.visible_to(principal)
         admits = visible.admits if visible is not None else None
         look_ahead = self._look_ahead(n, admits)
-        keyword_index = self._keyword
-        if self.mode == "dense" or keyword_index is None:
+        if self.mode == "dense" or self._keyword is None:
             return self._calibrated(question, self._dense.search(query, n, visible, *look_ahead))
-        keyword: list[KeywordHit] = []
-
-        def keyword_only(dense_ids: list[str]) -> list[str]:
-            """The keyword side's finds (scored for the dense ones too), and the ids of those the dense side lacks."""
-            keyword[:] = keyword_index.search(question, n, include=dense_ids, admits=admits)
-            seen = set(dense_ids)
-            return [hit.chunk_id for hit in keyword if hit.chunk_id not in seen]
-
-        if self.mode == "hybrid":  # the keyword search runs between the dense side's query and its read
-            dense, extra = self._dense.search_with(query, n, visible, *look_ahead, also=keyword_only, admits=admits)
+        both = self._hybrid_ahead(question, query, n, visible, *look_ahead)
+        if both is not None:
+            (dense, extra), keyword = both
         else:
-            dense, extra = [], self._dense.fetch(keyword_only([]), query, admits)
+            dense = self._dense.search(query, n, visible, *look_ahead) if self.mode == "hybrid" else []
+            keyword = self._keyword.search(question, n, include=[hit.chunk_id for hit in dense], admits=admits)
+            seen = {hit.chunk_id for hit in dense}
+            extra = self._dense.fetch([hit.chunk_id for hit in keyword if hit.chunk_id not in seen], query, admits)
         dense, extra = self._calibrated(question, dense), self._calibrated(question, extra)
         weight = self.fusion.dense_share(question, keyword) if self.mode == "hybrid" else 0.0
         return fuse(dense, keyword, extra, weight)
+
+    def _hybrid_ahead(self, question: str, query: Vectors, n: int, visible: Visible | None, overfetch: int,
+                      likely: Callable[[str], bool] | None
+                      ) -> tuple[tuple[list[Hit], list[Hit]], list[KeywordHit]] | None:
+        """((dense, keyword-only) hits, keyword hits) of a hybrid search on the look-ahead path, the keyword search
+        run between the dense side's look-ahead and its read so that one read returns both sides' rows; None when
+        the look-ahead does not apply or falls short."""
+        if self.mode != "hybrid" or self._keyword is None or visible is None or likely is None or overfetch <= n:
+            return None
+        ahead = self._dense.nearest(query, n, overfetch, likely)
+        if len(ahead.picked) < n:
+            return None
+        keyword = self._keyword.search(question, n, include=ahead.picked, admits=visible.admits)
+        picked = set(ahead.picked)
+        dense, extra = self._dense.read(ahead, [hit.chunk_id for hit in keyword if hit.chunk_id not in picked],
+                                        query, visible, visible.admits)
+        return ((dense, extra), keyword) if len(dense) >= n else None
 
     def _calibrated(self, question: str, hits: list[Hit]) -> list[Hit]:
         """The hits' cosines on the embedder's common scale, best first (unchanged for a single model)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
+import anyio.to_thread
 from fastapi import Depends, Request
 
 from rag.core.access import ANONYMOUS, Principal
@@ -12,13 +13,23 @@ from ui.serving.principals import match_key
 from ui.serving.services import Services
 
 
-def get_services(request: Request) -> Services:
-    """The services built at start-up, on the collection's current generation."""
+# Both run on the event loop (async): FastAPI runs a plain `def` dependency in a worker thread, a thread hand-over
+# each way for a check of microseconds.
+async def get_services(request: Request) -> Services:
+    """The services built at start-up, on the collection's current generation (loaded in a thread after a
+    re-embed)."""
     services: Services = request.app.state.services
-    return services.follow_generation()
+    if services.on_current_generation():
+        return services
+    return await anyio.to_thread.run_sync(services.follow_generation)
 
 
-def get_principal(request: Request, services: Annotated[Services, Depends(get_services)]) -> Principal:
+async def get_principal(request: Request, services: Annotated[Services, Depends(get_services)]) -> Principal:
+    """Who is asking (`key_principal`)."""
+    return key_principal(request, services)
+
+
+def key_principal(request: Request, services: Services) -> Principal:
     """Who is asking. With RAG_API_KEYS set: 401 without a bearer key, 403 with a wrong one, else the key's
     principal. Without keys: an anonymous reader who sees only public documents. The key is never logged."""
     if not services.keys:

@@ -11,7 +11,7 @@ from fastapi.responses import FileResponse
 from starlette.concurrency import run_in_threadpool
 
 from rag.core.access import Principal
-from ui.api.deps import ServicesDep, get_principal
+from ui.api.deps import ServicesDep, key_principal
 from ui.api.errors import ApiError
 from ui.api.schemas import ErrorBody
 from ui.serving import files
@@ -45,7 +45,7 @@ def get_reader(request: Request, services: ServicesDep) -> Principal:
         if services.keys:
             raise ApiError(401, "unauthorized", "sign in to the chat, or send `Authorization: Bearer <key>`",
                            headers={"WWW-Authenticate": "Bearer"})
-    return get_principal(request, services)
+    return key_principal(request, services)
 
 
 @router.get("/documents/{doc_id}/file", response_class=FileResponse, responses=RESPONSES)

@@ -96,6 +96,10 @@ class Services:
         self.ingest_pool = ThreadPoolExecutor(self.settings.ingest_workers, thread_name_prefix="ingest",
                                               initializer=lower_thread_priority)
 
+    def on_current_generation(self) -> bool:
+        """Whether these services search the collection RAG_COLLECTION resolves to now (a stat of the registry)."""
+        return collection_name(self.settings) == self.store.name
+
     def follow_generation(self) -> Services:
         """These services, on the collection that RAG_COLLECTION resolves to now for RAG_EMBED_MODEL: after a
         `rag-ingest --reembed` of the same model (with a Chroma server, while this process runs) the next request
