@@ -242,9 +242,10 @@ _END = object()
 
 
 def stage_rows(settings: Any, asked: list[str]) -> dict[str, float]:
-    """CPU ms per answer by stage, the query path run in this process against the stub."""
+    """CPU ms per answer by stage, the query path run in this process against the stub, for the reader the
+    workers answer (anonymous: no API keys), so the dense side takes the same look-ahead path."""
     from rag.core import answer as answer_module
-    from rag.core.access import LOCAL_OPERATOR
+    from rag.core.access import ANONYMOUS
     from rag.core.grounding import SupportChecker
     from rag.wiring import build_engine
     from ui.serving.answering import ask_body
@@ -252,9 +253,11 @@ def stage_rows(settings: Any, asked: list[str]) -> dict[str, float]:
     engine = build_engine(settings)
     retriever, clock = engine.retriever, StageClock()
     keyword = retriever._keyword
+    dense = [(retriever._dense, name, "dense") for name in ("search", "fetch", "nearest", "read")
+             if hasattr(retriever._dense, name)]
     targets: list[tuple[object, str, str]] = [
-        (retriever._embedder, "embed_query", "embed"), (retriever._dense, "search", "dense"),
-        (retriever._dense, "fetch", "dense"), *([(keyword, "search", "keyword")] if keyword is not None else []),
+        (retriever._embedder, "embed_query", "embed"), *dense,
+        *([(keyword, "search", "keyword")] if keyword is not None else []),
         (retriever, "search", "fuse"), (SupportChecker, "check", "check"),
         (answer_module, "answer_messages", "prompt")]
     restore = [(target, name, getattr(target, name)) for target, name, _ in targets]
@@ -265,10 +268,10 @@ def stage_rows(settings: Any, asked: list[str]) -> dict[str, float]:
     serialise = clock.wrap("serialise", lambda answer: json.dumps(ask_body(answer, 0.5)))
     try:
         for question in asked[:3]:
-            engine.ask(question, principal=LOCAL_OPERATOR)  # warm-up, not counted
+            engine.ask(question, principal=ANONYMOUS)  # warm-up, not counted
         clock.spent.clear()
         for question in asked:
-            serialise(ask(question, principal=LOCAL_OPERATOR))
+            serialise(ask(question, principal=ANONYMOUS))
     finally:
         for target, name, original in restore:
             setattr(target, name, original)
