@@ -29,6 +29,8 @@ QUICK = {
                        "bundled:all-MiniLM-L6-v2+bundled:multilingual-e5-small ÷ bundled:all-MiniLM-L6-v2: p50 "],
     "regroup_cost": ["file", "systemd-uids-gids.md "],
     "retrieval_latency": ["mode", "dense ", "hybrid ", "hybrid / dense: p50 "],
+    "search_calls": ["3 documents, top 3, hybrid", "embedded  anonymous      2 ", "server    anonymous      2 ",
+                     "server    operator       1 "],
     "tune_fusion": ["embedder ", "  share 0.0: @1 ", "  share 1.0: @1 "],
 }
 # The same for those that need the LLM server (the session's vLLM).

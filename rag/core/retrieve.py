@@ -278,8 +278,8 @@ class Retriever:
         both = self._hybrid_ahead(question, query, n, visible, *look_ahead)
         if both is not None:
             (dense, extra), keyword = both
-        else:
-            dense = self._dense.search(query, n, visible, *look_ahead) if self.mode == "hybrid" else []
+        else:  # the look-ahead fell short or does not apply: the filtered query, not a second look-ahead
+            dense = self._dense.search(query, n, visible) if self.mode == "hybrid" else []
             keyword = self._keyword.search(question, n, include=[hit.chunk_id for hit in dense], admits=admits)
             seen = {hit.chunk_id for hit in dense}
             extra = self._dense.fetch([hit.chunk_id for hit in keyword if hit.chunk_id not in seen], query, admits)
