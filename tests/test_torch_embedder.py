@@ -45,3 +45,14 @@ def test_vectors_equal_the_librarys_encode_and_no_call_walks_the_parameters(
     assert np.array_equal(embedder.embed_documents(PASSAGES), expected)
     assert ours[0] == 0 and theirs[0] > 0  # the library walks every parameter per call; ours never does
     assert not embedder._model.training
+
+
+@pytest.mark.parametrize("name", [BUNDLED_EMBED_MODEL, BUNDLED_E5_MODEL])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_questions_go_through_the_traced_pass_with_the_librarys_vectors(name: str, dtype: str) -> None:
+    embedder = build_embedder(Settings(embed_model=name, embed_backend="torch", embed_dtype=dtype,
+                                       _env_file=None))  # type: ignore[call-arg]
+    assert isinstance(embedder, TorchEmbedder) and embedder._traced is not None
+    batches = [[question] for question in QUESTIONS] + [QUESTIONS, [QUESTIONS[2], "Why?"]]
+    for batch in batches:  # alone, and padded together (a mask with zeros), English and Chinese
+        assert np.array_equal(embedder._traced(batch), embedder._library_queries(batch))

@@ -21,6 +21,9 @@ class TorchEmbedder:
         self._model = _placed_once(model)
         self.name = name
         self.batch_size = batch_size
+        from rag.components.traced import traced_queries  # torch: only where this embedder runs
+
+        self._traced = traced_queries(self._model, self._library_queries)
         self._queries: Coalescer[str, Vectors] = Coalescer(self._embed_queries, most=batch_size,
                                                            remember=RECENT_QUERIES)
 
@@ -61,11 +64,15 @@ class TorchEmbedder:
         return self._queries(text)
 
     def _embed_queries(self, texts: list[str]) -> Vectors:
-        vectors = self._model.encode_query(texts, batch_size=len(texts), normalize_embeddings=True,
-                                           convert_to_numpy=True)
-        rows = np.asarray(vectors, dtype=np.float32)
+        rows = self._traced(texts) if self._traced is not None else self._library_queries(texts)
         rows.flags.writeable = False  # shared with whoever asks the same question next (Coalescer's memory)
         return rows
+
+    def _library_queries(self, texts: list[str]) -> Vectors:
+        """Questions' vectors by sentence-transformers' own encode (what the traced pass must equal)."""
+        vectors = self._model.encode_query(texts, batch_size=len(texts), normalize_embeddings=True,
+                                           convert_to_numpy=True)
+        return np.asarray(vectors, dtype=np.float32)
 
 
 def _placed_once(model: SentenceTransformer) -> SentenceTransformer:
@@ -79,3 +86,4 @@ def _placed_once(model: SentenceTransformer) -> SentenceTransformer:
     model._resolve_inference_device = lambda _device=None: device  # type: ignore[method-assign,misc]
     model.eval = lambda: model  # type: ignore[method-assign]
     return model
+
