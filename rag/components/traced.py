@@ -41,7 +41,7 @@ class _SentenceForward(torch.nn.Module):
 class TracedQueries:
     """Questions' vectors through a TorchScript trace of the model's forward pass: the same operations (and the same
     vectors, bit for bit) run by TorchScript's interpreter instead of ~300 Python module calls a question, which
-    were a quarter of a short question's CPU (MiniLM 6.7 → 4.7, e5-small 12.4 → 9.3 CPU ms, one at a time)."""
+    were a quarter to a third of a short question's CPU (docs/performance.md)."""
 
     def __init__(self, model: SentenceTransformer, traced: torch.jit.ScriptModule, keys: tuple[str, ...]) -> None:
         self._model, self._traced, self._keys = model, traced, keys
