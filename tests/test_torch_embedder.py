@@ -37,6 +37,7 @@ def test_vectors_equal_the_librarys_encode_and_no_call_walks_the_parameters(
                                        _env_file=None))  # type: ignore[call-arg]
     assert isinstance(embedder, TorchEmbedder)
     plain = SentenceTransformer(resolve_embed_model(name), device="cpu")
+    embedder.embed_query("The first question traces the model, once.")
     ours, theirs = _walks(embedder._model, monkeypatch), _walks(plain, monkeypatch)
     for question in QUESTIONS:
         expected = plain.encode_query([question], normalize_embeddings=True, convert_to_numpy=True)[0]
@@ -52,7 +53,9 @@ def test_vectors_equal_the_librarys_encode_and_no_call_walks_the_parameters(
 def test_questions_go_through_the_traced_pass_with_the_librarys_vectors(name: str, dtype: str) -> None:
     embedder = build_embedder(Settings(embed_model=name, embed_backend="torch", embed_dtype=dtype,
                                        _env_file=None))  # type: ignore[call-arg]
-    assert isinstance(embedder, TorchEmbedder) and embedder._traced is not None
+    assert isinstance(embedder, TorchEmbedder)
+    embedder.embed_query(f"A question to {name} in {dtype}")  # the first question traces the model
+    assert embedder._traced is not None
     batches = [[question] for question in QUESTIONS] + [QUESTIONS, [QUESTIONS[2], "Why?"]]
     for batch in batches:  # alone, and padded together (a mask with zeros), English and Chinese
         assert np.array_equal(embedder._traced(batch), embedder._library_queries(batch))

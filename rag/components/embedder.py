@@ -13,6 +13,8 @@ from rag.core.ports import Vectors
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
+    from rag.components.traced import TracedQueries
+
 
 class TorchEmbedder:
     """Wraps one SentenceTransformer (on a GPU, or on CPUs with RAG_EMBED_BACKEND=torch)."""
@@ -21,9 +23,8 @@ class TorchEmbedder:
         self._model = _placed_once(model)
         self.name = name
         self.batch_size = batch_size
-        from rag.components.traced import traced_queries  # torch: only where this embedder runs
-
-        self._traced = traced_queries(self._model, self._library_queries)
+        self._traced: TracedQueries | None = None  # traced at the first question (never in an ingest)
+        self._trace_tried = False
         self._queries: Coalescer[str, Vectors] = Coalescer(self._embed_queries, most=batch_size,
                                                            remember=RECENT_QUERIES)
 
@@ -64,6 +65,11 @@ class TorchEmbedder:
         return self._queries(text)
 
     def _embed_queries(self, texts: list[str]) -> Vectors:
+        # One batch runs at a time (the Coalescer), so the first traces the model alone.
+        if not self._trace_tried:
+            from rag.components.traced import traced_queries  # torch: only where this embedder runs
+
+            self._traced, self._trace_tried = traced_queries(self._model, self._library_queries), True
         rows = self._traced(texts) if self._traced is not None else self._library_queries(texts)
         rows.flags.writeable = False  # shared with whoever asks the same question next (Coalescer's memory)
         return rows

@@ -49,6 +49,7 @@ MAX_LOOK_AHEAD = 4000
 MARGIN_RANK = 5  # the keyword margin compares the best coverage with the fifth best
 FULL_BODY = 120  # a chunk with this much prose (a Han character counting twice) or more has full substance
 PROSE_WIDTH = 30
+WARM_QUESTION = "How do I get started?"
 SUBSTANCE_MEMORY = 4096  # chunks whose substance is remembered (their texts are kept: ~6 MiB)
 _PAGE_NUMBER_END = re.compile(r"(?:\s|\.)\d{1,4}$")  # a table of contents line: "1.1 In the Beginning . . . 1"
 _SENTENCE_END = re.compile(r"[.!?。！？]$")
@@ -204,9 +205,11 @@ class Retriever:
         self._floors = floors
 
     def warm(self) -> None:
-        """Build the keyword side's in-memory index ahead of the first question (seconds at 100k chunks)."""
+        """Build the keyword side's in-memory index ahead of the first question (seconds at 100k chunks), and
+        embed a question once, so that the embedder's first-question work (its trace) is done before anyone asks."""
         if self.mode != "dense" and self._keyword is not None:
             self._keyword.warm()
+        self._embedder.embed_query(WARM_QUESTION)
 
     def search(self, question: str, k: int, principal: Principal) -> list[Hit]:
         """The k best chunks the principal may see, best first; EmptyIndex when nothing was ingested."""
