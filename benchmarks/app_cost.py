@@ -187,12 +187,11 @@ def route_row(urls: list[str], pids: list[int], route: str, asked: list[str], cl
             "p90_ms": 1000 * latencies[int(0.9 * (len(latencies) - 1))]}
 
 
-def new_generated_row(stack_env: tuple[dict[str, str], Path], args: argparse.Namespace, generated: list[str],
+def new_generated_row(env: dict[str, str], logs: Path, args: argparse.Namespace, generated: list[str],
                       others: list[str]) -> dict[str, Any]:
     """The issue's figure: CPU ms per generated answer to questions the worker has not seen. Fresh workers (no
     question's vector, sentence or chunk remembered), warmed up on other questions, each asked the questions the
     JSON pass had the model answer, once; `--new-rounds` workers one after another, their CPU summed."""
-    env, logs = stack_env
     rows = []
     for _ in range(args.new_rounds):
         with ExitStack() as fresh:
@@ -343,7 +342,7 @@ def measure(args: argparse.Namespace, tmp: Path) -> tuple[list[dict[str, Any]], 
         generated = rows[0]["generated_questions"]
         if generated and not args.quick:
             others = [question for question in dict.fromkeys(asked) if question not in set(generated)]
-            rows.append(new_generated_row((env, tmp / "logs"), args, generated, others))
+            rows.append(new_generated_row(env, tmp / "logs", args, generated, others))
         # As `rag serve` runs the models (one thread per call): the default pool's second thread spins on 2 cores.
         served = serving_threads(settings)
         stages = stage_rows(served, asked)

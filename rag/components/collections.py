@@ -51,9 +51,9 @@ class CollectionRegistry:
         version = (seen.st_ino, seen.st_mtime_ns, seen.st_size)
         kept = _LAST_READ.get(self.path)
         if kept is not None and kept[0] == version:
-            return copy.deepcopy(kept[1])
+            return kept[1]  # shared: readers only look; `register` changes a copy
         data = self._parse()
-        _LAST_READ[self.path] = (version, copy.deepcopy(data))
+        _LAST_READ[self.path] = (version, data)
         return data
 
     def _parse(self) -> dict[str, Any]:
@@ -98,7 +98,7 @@ class CollectionRegistry:
         The source stays registered for its own model, so a model change never drops the collection that processes
         still running with the old model search (and switching back costs nothing); only a generation replaced for
         the same model is retired, and dropped by the next re-embed."""
-        data = self._read()
+        data = copy.deepcopy(self._read())
         entry = data.setdefault(collection, {"models": {}, "retired": []})
         entry["models"].setdefault(source_model, source)
         previous = str(entry["models"].get(model, collection))
