@@ -219,3 +219,14 @@ def test_the_check_on_the_held_out_half_of_the_labelled_sentences() -> None:
     assert figures["en/model"]["precision"] >= 0.97 and figures["en/model"]["recall"] >= 0.85, figures
     assert figures["zh/model"]["precision"] >= 0.95 and figures["zh/model"]["recall"] >= 0.95, figures
     assert figures["all"]["false_accepts"] <= 7, figures
+
+
+def test_an_excerpts_units_are_weighed_once_and_shared_by_answers() -> None:
+    from rag.core.alignment import units
+    from rag.core.grounding import excerpt_units
+
+    excerpt = "VACUUM reclaims storage occupied by dead tuples. It can't run inside a transaction block."
+    first = SupportChecker([excerpt], "en")._units[0]
+    assert first == units(excerpt)
+    assert SupportChecker(["Other text.", excerpt], "en")._units[1] is first
+    assert excerpt_units.cache_info().hits >= 1
