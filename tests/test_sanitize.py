@@ -197,3 +197,14 @@ def test_api_snippets_are_sanitised_and_removed_is_reported() -> None:
         {"kind": "html", "host": "sink.test", "where": "sources"}]
     assert hit_json(1, HOSTILE_HIT)["snippet"] == source["snippet"]
     assert "[docs](https://docs.example.com/w)" in str(hit_json(1, HOSTILE_HIT, ALLOW)["snippet"])
+
+
+def test_a_text_cleaned_again_is_the_same_result_remembered() -> None:
+    from rag.core.sanitize import LinkPolicy, _cleaned
+
+    policy = LinkPolicy.parse("docs.example.com")
+    text = "See ![x](https://evil.example/p.png) and [docs](https://docs.example.com/a)."
+    first = policy.clean(text)
+    assert policy.clean(text) is first
+    assert LinkPolicy.parse("other.example").clean(text) is not first  # the policy is part of what is remembered
+    assert _cleaned.cache_info().hits >= 1

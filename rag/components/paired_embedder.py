@@ -13,6 +13,7 @@ no second index to keep in sync; λ is a query-time knob and never changes what 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import cast
@@ -96,7 +97,7 @@ class PairedEmbedder:
 
     def calibrated(self, question: str, text: str, cosine: float) -> float:
         """The raw cosine of a stored chunk as the weighted mean of the two models' cosines (see the module)."""
-        weight, alpha = self.share(question), first_weight(text)
+        weight, alpha = self.share(question), _remembered_weight(text)
         length = math.hypot(weight, 1 - weight)
         mean = cosine * math.sqrt(2) * length / (weight * alpha + 1 - weight)
         if self.first_from_second is None or alpha == 1 or weight == 0 or cjk_share(question) > 0:
@@ -108,6 +109,16 @@ class PairedEmbedder:
         offset, slope = self.first_from_second
         stand_in = max(0.0, min(1.0, offset + slope * mean))
         return (weight * alpha + 1 - weight) * mean + weight * (1 - alpha) * stand_in
+
+
+# Chunks whose α is remembered: each search calibrates ~30 candidates, the same popular chunks again and again, and
+# measuring a chunk's Chinese share was half of calibrating it (the texts are kept: ~6 MiB).
+WEIGHT_MEMORY = 4096
+
+
+@functools.lru_cache(maxsize=WEIGHT_MEMORY)
+def _remembered_weight(text: str) -> float:
+    return first_weight(text)
 
 
 def first_weight(text: str) -> float:
