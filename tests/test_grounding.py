@@ -230,3 +230,13 @@ def test_an_excerpts_units_are_weighed_once_and_shared_by_answers() -> None:
     assert first == units(excerpt)
     assert SupportChecker(["Other text.", excerpt], "en")._units[1] is first
     assert excerpt_units.cache_info().hits >= 1
+
+
+def test_an_excerpts_language_is_remembered_and_is_language_of() -> None:
+    from rag.core.sentences import excerpt_language
+
+    for text in (HISTORY, VIRTUAL, "apt-get source foo"):
+        assert excerpt_language(text) == language_of(text)
+    hits = excerpt_language.cache_info().hits
+    excerpt_language(VIRTUAL)
+    assert excerpt_language.cache_info().hits == hits + 1

@@ -26,7 +26,7 @@ from rag.core.ports import ChatModel, Delta, Searcher, Stop, Usage
 from rag.core.prompt import Message, answer_messages, condense_messages, is_refusal, new_nonce, reply
 from rag.core.retrieve import Floors
 from rag.core.sanitize import STRICT, LinkPolicy, Removed
-from rag.core.sentences import Language, SentenceBuffer, language_of, question_language
+from rag.core.sentences import Language, SentenceBuffer, excerpt_language, language_of, question_language
 from rag.core.text import tokenize
 from rag.core.types import Hit
 
@@ -379,7 +379,7 @@ def _waits(sentence: Sentence) -> bool:
 
 
 def _other_language(hits: Sequence[Hit], language: Language) -> bool:
-    found = {language_of(hit.text) for hit in hits} - {None}
+    found = {excerpt_language(hit.text) for hit in hits} - {None}
     return bool(found) and language not in found
 
 
