@@ -63,7 +63,7 @@ class LLM:
                 "temperature": self.temperature, "stream": True, **self._extras()}
         # The SDK's own request (its connection, auth, retries, SSE reader and errors), given the body as JSON and
         # its chunks as plain dicts: `chat.completions.create` walks the typed parameters (the long prompt
-        # included) and builds a pydantic object per chunk, ~2.5 of a generated answer's ~30 CPU ms
+        # included) and builds a pydantic object per chunk, ~2.5 ms of a generated answer's ~30 CPU ms
         # (benchmarks.app_cost). Closing the stream (when the caller stops early) drops the connection, and vLLM
         # aborts the request.
         with self._client.post("/chat/completions", cast_to=object, body=body, stream=True,

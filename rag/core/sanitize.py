@@ -153,8 +153,8 @@ class LinkPolicy:
 
 
 # Texts whose cleaning is remembered: mostly stored chunks and headings, cleaned again for every answer that shows
-# them (a snippet is cut from the whole cleaned chunk): ~0.5 of a generated answer's ~17 CPU ms (benchmarks.app_cost).
-# The texts and results are kept: ~2 × 1.5 KiB each, ~6 MiB in all.
+# them (a snippet is cut from the whole cleaned chunk): ~0.5 ms of a generated answer's ~17 CPU ms
+# (benchmarks.app_cost). The texts and results are kept: ~2 × 1.5 KiB each, ~6 MiB in all.
 CLEANED_MEMORY = 2048
 
 

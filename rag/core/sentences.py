@@ -46,7 +46,7 @@ def language_of(text: str) -> Language | None:
 
 
 # Excerpts whose language is remembered: the same chunks come back answer after answer, and counting a chunk's Han
-# characters and words each time was ~0.3 of a generated answer's ~17 CPU ms (the texts are kept: ~6 MiB).
+# characters and words each time was ~0.3 ms of a generated answer's ~17 CPU ms (the texts are kept: ~6 MiB).
 LANGUAGE_MEMORY = 4096
 
 
