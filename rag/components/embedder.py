@@ -92,4 +92,3 @@ def _placed_once(model: SentenceTransformer) -> SentenceTransformer:
     model._resolve_inference_device = lambda _device=None: device  # type: ignore[method-assign,misc]
     model.eval = lambda: model  # type: ignore[method-assign]
     return model
-
