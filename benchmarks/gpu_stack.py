@@ -43,7 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from functools import partial
 from pathlib import Path
@@ -52,6 +52,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from benchmarks.app_cost import cpu_seconds  # noqa: E402
 from benchmarks.common import python_docs  # noqa: E402
 from benchmarks.gpu_ingest import chroma_server, free_port, ingest_process, sample, wait_http  # noqa: E402
 from benchmarks.gpu_serving import BASE_FLAGS, PROFILES, SERVED, server_facts, write_model  # noqa: E402
@@ -255,12 +256,18 @@ def client_process(kind: str, urls: list[str], payloads: list[Any], rate: float,
 
 
 def cell(pool: Any, clients: int, kind: str, urls: list[str], payloads: list[Any], rate: float,
-         duration: float) -> dict[str, Any]:
-    """One rate: `clients` processes share it (Poisson streams add up to one); TTFT percentiles, throughput."""
+         duration: float, pids: Sequence[int] = ()) -> dict[str, Any]:
+    """One rate: `clients` processes share it (Poisson streams add up to one); TTFT percentiles, throughput, and
+    the CPU the `pids` (the workers) spent per answer."""
     start_at = time.time() + 0.5
     jobs = [(kind, urls, payloads, rate / clients, duration, 7919 * c + int(rate), start_at) for c in range(clients)]
+    before = cpu_seconds(list(pids))
     results = [r for part in pool.starmap(client_process, jobs) for r in part]
-    return summarize(kind, rate, results, duration)
+    row = summarize(kind, rate, results, duration)
+    answers = sum(r["ok"] for r in results)
+    if pids and answers:
+        row["worker_cpu_ms_per_answer"] = round((cpu_seconds(list(pids)) - before) * 1000 / answers, 1)
+    return row
 
 
 def summarize(kind: str, rate: float, results: list[dict[str, Any]], duration: float) -> dict[str, Any]:
@@ -275,10 +282,37 @@ def summarize(kind: str, rate: float, results: list[dict[str, Any]], duration: f
             modes[key] = modes.get(key, 0) + 1
     errors = [r.get("error") or f"status {r.get('status')}" for r in results if not r["ok"]]
     span = max((r["end"] for r in good), default=0.0) - min((r["sent"] for r in results), default=0.0)
-    return {"kind": kind, "rate": rate, "requests": len(results), "failed": len(errors), "errors": errors[:3],
-            "achieved_rps": round(len(good) / span, 1) if span > 0 else 0.0, "ttft_p50_ms": _pct(ttft, 50),
-            "ttft_p99_ms": _pct(ttft, 99), "lag_p99_ms": _pct(sorted(r.get("lag", 0.0) * 1000 for r in results), 99),
-            "tokens_mean": round(statistics.mean(tokens), 1) if tokens else None, "modes": modes}
+    row = {"kind": kind, "rate": rate, "requests": len(results), "failed": len(errors), "errors": errors[:3],
+           "achieved_rps": round(len(good) / span, 1) if span > 0 else 0.0, "ttft_p50_ms": _pct(ttft, 50),
+           "ttft_p99_ms": _pct(ttft, 99), "lag_p99_ms": _pct(sorted(r.get("lag", 0.0) * 1000 for r in results), 99),
+           "tokens_mean": round(statistics.mean(tokens), 1) if tokens else None, "modes": modes}
+    return row | ({"by_mode": by_mode(good), "server_ms": server_split(good)} if kind == "ask" else {})
+
+
+def by_mode(good: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """TTFT p50/p99 per outcome (generated, extracted, refused): a quoted answer's first text waits for the
+    model's whole unsupported draft, a written one's for its first checked sentence."""
+    modes: dict[str, list[float]] = {}
+    for r in good:
+        modes.setdefault(r.get("mode") or "-", []).append((r["first"] - r["sent"]) * 1000)
+    return {mode: {"n": len(ms), "ttft_p50_ms": _pct(sorted(ms), 50), "ttft_p99_ms": _pct(sorted(ms), 99)}
+            for mode, ms in sorted(modes.items())}
+
+
+def server_split(good: list[dict[str, Any]]) -> dict[str, Any]:
+    """Where the API's TTFT goes, p50/p99 ms: the answer's own timings (from the engine's start: retrieval, the
+    model's first token, the first checked text) and the rest of the client's TTFT (HTTP, the wait for a thread
+    and for the GIL before the engine starts, the event's way back)."""
+    split: dict[str, list[float]] = {"retrieve": [], "draft_first": [], "shown_first": [], "outside": []}
+    for r in good:
+        timings = r.get("timings") or {}
+        if timings.get("first_token_ms") is None:
+            continue
+        split["retrieve"].append(timings["retrieve_ms"])
+        split["draft_first"] += [timings["draft_first_token_ms"]] if timings.get("draft_first_token_ms") else []
+        split["shown_first"].append(timings["first_token_ms"])
+        split["outside"].append((r["first"] - r["sent"]) * 1000 - timings["first_token_ms"])
+    return {name: [_pct(sorted(ms), 50), _pct(sorted(ms), 99)] for name, ms in split.items() if ms}
 
 
 def _pct(values: list[float], p: int) -> float | None:
@@ -292,11 +326,11 @@ def holds(row: dict[str, Any]) -> bool:
 
 
 def ladder(pool: Any, clients: int, kind: str, label: str, urls: list[str], payloads: list[Any], rates: list[float],
-           duration: float) -> list[dict[str, Any]]:
+           duration: float, pids: Sequence[int] = ()) -> list[dict[str, Any]]:
     """Rates in increasing order until one does not hold (it is kept, as the first miss)."""
     rows = []
     for rate in rates:
-        rows.append({"config": label, **cell(pool, clients, kind, urls, payloads, rate, duration)})
+        rows.append({"config": label, **cell(pool, clients, kind, urls, payloads, rate, duration, pids)})
         print(json.dumps(rows[-1]), flush=True)
         if not holds(rows[-1]):
             break
@@ -355,8 +389,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                          args.duration)
             questions = [q for q, _ in asked]
             for n in args.workers:
+                pids = [proc.pid for _, proc, _ in spawned[:n]]
                 result["rows"] += ladder(pool, args.clients, "ask", f"api-{n}", workers[:n], questions, args.rates,
-                                         args.duration)
+                                         args.duration, pids)
                 _save(args, result)
             result["gpu_memory_mib"] = _gpu_memory()
     finally:
@@ -457,6 +492,13 @@ def report(paths: list[Path]) -> None:
         for r in result["rows"]:
             print(f"| {r['config']} | {r['rate']:g} | {r['achieved_rps']} | {r['ttft_p50_ms']} | {r['ttft_p99_ms']} | "
                   f"{r['lag_p99_ms']} | {r['failed']} | {r['tokens_mean']} | {'yes' if holds(r) else 'no'} |")
+        for r in result["rows"]:
+            if r.get("by_mode"):
+                modes = ", ".join(f"{mode} {m['n']} at {m['ttft_p50_ms']} / {m['ttft_p99_ms']}"
+                                  for mode, m in r["by_mode"].items())
+                split = ", ".join(f"{name} {ms[0]} / {ms[1]}" for name, ms in r["server_ms"].items())
+                print(f"\n{r['config']} at {r['rate']:g}: TTFT p50 / p99 ms by outcome: {modes}; in the server "
+                      f"(p50 / p99 ms): {split}; workers' CPU {r.get('worker_cpu_ms_per_answer')} ms per answer")
         print("\nbest rate holding TTFT p99 <= 1 s: " + ", ".join(f"{k} {v:g}" for k, v in result["best"].items()) +
               "; ratio to bare: " + ", ".join(f"{k} {v}" for k, v in result["ratio_to_bare"].items()))
 
