@@ -15,8 +15,8 @@ from __future__ import annotations
 import bisect
 import itertools
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -62,13 +62,20 @@ class Units:
     words: tuple[str, ...]
     spans: tuple[tuple[int, int], ...]
     sentences: tuple[int, ...] = ()  # the number of the text's sentence each unit is in
+    # Each distinct word's number, and the words as those numbers: a sentence's words are looked up once and
+    # compared with the whole text in one array comparison.
+    vocabulary: Mapping[str, int] = field(default_factory=dict, compare=False)
+    ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64), compare=False)
+
+    def ids_of(self, words: Sequence[str]) -> np.ndarray:
+        """The numbers of these words in this text's vocabulary (-1 for a word it lacks)."""
+        return np.fromiter((self.vocabulary.get(word, -1) for word in words), dtype=np.int64, count=len(words))
 
     def same_sentences(self, lo: int, hi: int) -> range:
         """The units of the sentences that units lo..hi lie in."""
-        first, last = self.sentences[lo], self.sentences[hi]
-        start = next(i for i, n in enumerate(self.sentences) if n == first)
-        stop = max(i for i, n in enumerate(self.sentences) if n == last) + 1
-        return range(start, stop)
+        # Sentence numbers never fall along the text: the sentences' first and last units by bisection.
+        start = bisect.bisect_left(self.sentences, self.sentences[lo])
+        return range(start, bisect.bisect_right(self.sentences, self.sentences[hi]))
 
 
 def units(text: str) -> Units:
@@ -79,7 +86,9 @@ def units(text: str) -> Units:
     stems = iter(stem([w for w, _, _ in kept if not _is_han(w)]))
     words = tuple(w if _is_han(w) else next(stems) for w, _, _ in kept)
     ends = [m.end() for m in _SENTENCE_END.finditer(text)]
-    return Units(words, tuple((a, b) for _, a, b in kept), tuple(bisect.bisect_right(ends, a) for _, a, _ in kept))
+    vocabulary = {word: n for n, word in enumerate(dict.fromkeys(words))}
+    return Units(words, tuple((a, b) for _, a, b in kept), tuple(bisect.bisect_right(ends, a) for _, a, _ in kept),
+                 vocabulary, np.fromiter((vocabulary[word] for word in words), dtype=np.int64, count=len(words)))
 
 
 def _negation(word: str, text: str, start: int) -> str:
@@ -117,14 +126,14 @@ def align(sentence: Units, excerpt: Units, segments: int = 2) -> Alignment:
     if not sentence.words or not excerpt.words:
         return Alignment(0.0, 0, 0)
     everything = range(len(excerpt.words))
-    readings = [[_local(sentence.words, excerpt, everything, GAP)]]
+    said = excerpt.ids_of(sentence.words)
+    readings = [[_local(said, excerpt, everything, GAP)]]
     if segments > 1:
-        core = _local(sentence.words, excerpt, everything, CORE_GAP)
-        rest = tuple(word for i, word in enumerate(sentence.words) if i not in core.matched)
-        if core.matched and rest:
+        core = _local(said, excerpt, everything, CORE_GAP)
+        places = [i for i in range(len(sentence.words)) if i not in core.matched]
+        if core.matched and places:
             window = excerpt.same_sentences(core.lo, core.hi)
-            rest_part = _local(rest, excerpt, window, GAP, last_word=False)
-            places = [i for i in range(len(sentence.words)) if i not in core.matched]
+            rest_part = _local(said[places], excerpt, window, GAP, last_word=False)
             rest_part = replace(rest_part, matched=frozenset(places[k] for k in rest_part.matched))
             readings.append([core, replace(rest_part, swapped=rest_part.swapped + _swapped_between(core, rest_part))])
     score, parts = max((sum(part.score for part in parts), parts) for parts in readings)
@@ -134,6 +143,15 @@ def align(sentence: Units, excerpt: Units, segments: int = 2) -> Alignment:
     lo, hi = min(part.lo for part in found), max(part.hi for part in found)
     return Alignment(round(score / (MATCH * len(sentence.words)), 3), excerpt.spans[lo][0], excerpt.spans[hi][1],
                      sum(part.swapped for part in found))
+
+
+def reach(sentence: Units, excerpt: Units) -> float:
+    """The highest coverage `align` could find (rounded as it rounds): the share of the sentence's units that the
+    excerpt holds anywhere. An excerpt whose reach is under the floor cannot back the sentence, and aligning it (a
+    table of sentence by excerpt units) is the check's costliest step."""
+    if not sentence.words or not excerpt.words:
+        return 0.0
+    return round(sum(word in excerpt.vocabulary for word in sentence.words) / len(sentence.words), 3)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,26 +176,40 @@ class _Part:
         return self.score < other.score
 
 
-def _local(words: Sequence[str], excerpt: Units, window: range, gap: int, last_word: bool = True) -> _Part:
+def _local(said: np.ndarray, excerpt: Units, window: range, gap: int, last_word: bool = True) -> _Part:
     """Local alignment (Smith-Waterman: skipped sentence units free, skipped excerpt units `gap` each, each excerpt
-    sentence end crossed CROSSING) of `words` against the excerpt's units in `window`; `last_word`: whether a
-    swapped last word counts (not for the rest of a sentence aligned after its core, whose last word is the core's)."""
-    part = [excerpt.words[j] for j in window]
-    n, m = len(words), len(part)
+    sentence end crossed CROSSING) of the sentence's units (`said`: their numbers in the excerpt's vocabulary)
+    against the excerpt's units in `window`; `last_word`: whether a swapped last word counts (not for the rest of a
+    sentence aligned after its core, whose last word is the core's)."""
+    n, m = len(said), len(window)
     if not n or not m:
         return _Part()
-    part_array = np.array(part, dtype=object)
-    matches = np.array([part_array == word for word in words], dtype=bool)  # n × m
-    ends = np.array([excerpt.sentences[j] for j in window], dtype=np.int64)
+    matches = said[:, None] == excerpt.ids[None, window.start:window.stop]  # n × m (a lacking word, -1, matches none)
+    found_any = np.asarray(matches.any(axis=1))
+    if not found_any.any():
+        return _Part()
+    ends = np.array(excerpt.sentences[window.start:window.stop], dtype=np.int64)
     ends = np.concatenate(([ends[0]], ends)) - ends[0]  # sentence ends before each column
     table = np.zeros((n + 1, m + 1), dtype=np.int64)
     ramp = gap * np.arange(m + 1, dtype=np.int64) + CROSSING * ends
     step = MATCH - CROSSING * np.diff(ends)
+    diagonal = np.empty(m, dtype=np.int64)
     for i in range(1, n + 1):
-        above = table[i - 1]
-        candidate = np.maximum(above[1:], np.where(matches[i - 1], above[:-1] + step, 0))
-        row = np.concatenate(([0], candidate))
-        table[i] = np.maximum(np.maximum.accumulate(row + ramp) - ramp, 0)
+        above, row = table[i - 1], table[i]
+        if not found_any[i - 1]:
+            # A word the window lacks: the row below equals the row above (it already holds its best skips, and
+            # the ramp never falls), so copying it gives the very table the recurrence would.
+            row[:] = above
+            continue
+        # row[j] = max over k <= j of (max(above[j], above[j-1] + step where matched) + ramp[k]...) - ramp[j],
+        # floored at 0; computed in place (row[0] stays 0) to spare the small arrays' allocations.
+        np.add(above[:-1], step, out=diagonal)
+        diagonal *= matches[i - 1]  # 0 where not matched (as np.where(matched, ·, 0))
+        np.maximum(above[1:], diagonal, out=row[1:])
+        row += ramp
+        np.maximum.accumulate(row, out=row)
+        row -= ramp
+        np.maximum(row, 0, out=row)
     end_i, end_j = np.unravel_index(int(np.argmax(table)), table.shape)
     found = _traceback(table, matches, step, int(end_i), int(end_j), window.start)
     if not found.matched:

@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from rag.core.alignment import Units, align, polarity, units
+from rag.core.alignment import Units, align, polarity, reach, units
 from rag.core.sentences import Language, language_of, strip_markers, strip_tags, words
 from rag.core.text import HAN_RANGE, STOPWORDS, tokenize
 
@@ -224,6 +224,8 @@ class SupportChecker:
         said, stated = units(shown), polarity(shown)
         best = Verdict(shown, False, reason="coverage")
         for n, (excerpt, excerpt_units) in enumerate(zip(self.excerpts, self._units, strict=True), start=1):
+            if (most := reach(said, excerpt_units)) < floor and most <= best.coverage:
+                continue  # this excerpt can neither back the sentence nor say better why it is not backed
             place = align(said, excerpt_units, self.segments)
             missing = self._missing(shown, excerpt, place.start, place.end, facts, stated)
             missing = missing or ("swapped" if place.swapped > self.max_swapped[self.language] else "")
