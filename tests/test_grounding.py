@@ -240,3 +240,20 @@ def test_an_excerpts_language_is_remembered_and_is_language_of() -> None:
     hits = excerpt_language.cache_info().hits
     excerpt_language(VIRTUAL)
     assert excerpt_language.cache_info().hits == hits + 1
+
+
+def test_a_passages_quotable_sentences_are_remembered_and_filtered_per_question() -> None:
+    from rag.core.extract import passage_sentences
+
+    hits = [Hit("a", VENV, "venv.html", 0.7), Hit("b", VENV, "copy.html", 0.6)]
+    first = extract("How do I create a Python virtual environment?", hits, "en")
+    hits_before = passage_sentences.cache_info().hits
+    assert extract("How do I create a Python virtual environment?", hits, "en") == first
+    assert passage_sentences.cache_info().hits >= hits_before + 2  # both passages, without splitting them again
+    assert {quote.n for quote in first} == {1}  # the same sentence in the second excerpt is not quoted twice
+    remembered = passage_sentences(VENV)
+    assert all(len(sentence.text) >= 12 for sentence in remembered)
+    # What a question restates is dropped per question, not in the memory: the same passage serves another.
+    other = extract("What does python3 -m venv tutorial-env do?", hits, "en")
+    assert all(quote.text != "python3 -m venv tutorial-env" for quote in other)
+    assert any(sentence.text == "python3 -m venv tutorial-env" for sentence in remembered)

@@ -8,6 +8,7 @@ in a colon brings the line it introduces (a command, a list).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import Counter
@@ -21,6 +22,7 @@ from rag.core.text import HAN_CHAR, tokenize
 from rag.core.types import Hit
 
 MAX_QUOTES, MAX_CHARS, KEEP_RATIO = 3, 600, 0.85
+SENTENCES_MEMORY = 512  # passages whose quotable sentences are remembered (~40 KiB for ~1,500 characters: ~20 MiB)
 DENSE_SHARE = {"en": 0.5, "zh": 0.1}
 DENSE_CANDIDATES = 10
 MIN_CHARS, LONG_CHARS, HEADING_WIDTH = 12, 400, 60
@@ -108,20 +110,41 @@ def _width(text: str) -> int:
     return len(text) + len(HAN_CHAR.findall(text))
 
 
+@dataclass(frozen=True, slots=True)
+class _Sentence:
+    """A sentence of a passage that may be quoted, whatever the question: long enough, and no boilerplate."""
+
+    text: str
+    position: int  # among all the passage's sentences
+    tokens: frozenset[str]
+    key: str  # the text lower-cased and single-spaced: the same sentence in two excerpts is quoted once
+    heading: bool
+
+
+@functools.lru_cache(maxsize=SENTENCES_MEMORY)
+def passage_sentences(body: str) -> tuple[_Sentence, ...]:
+    """A passage's quotable sentences, remembered: a popular chunk is quoted from again and again, and splitting
+    and stemming its sentences (jieba for Chinese) was most of the ranking's own CPU."""
+    found = []
+    for position, sentence in enumerate(split_sentences(separate_headings(strip_tags(body)))):
+        if len(sentence) < MIN_CHARS or _BOILERPLATE.search(sentence.strip()):
+            continue
+        heading = _width(sentence) < HEADING_WIDTH and not _ENDS_SENTENCE.search(sentence)
+        found.append(_Sentence(sentence, position, frozenset(tokenize(sentence)), " ".join(sentence.lower().split()),
+                               heading))
+    return tuple(found)
+
+
 def _candidates(hits: Sequence[Hit], asked: set[str], question: str) -> list[_Candidate]:
     found, seen = [], set()
     best = max(hits[0].score, 1e-6) if hits else 1.0
     for n, hit in enumerate(hits, start=1):
         prior = max(hit.score, 0) / best * (1 + HEADING_PULL * _heading_match(hit, asked))
-        for position, sentence in enumerate(split_sentences(separate_headings(strip_tags(passage_body(hit))))):
-            tokens = frozenset(tokenize(sentence))
-            key = " ".join(sentence.lower().split())
-            if len(sentence) < MIN_CHARS or key in seen or _restates(sentence, tokens, asked, question) \
-                    or _BOILERPLATE.search(sentence.strip()):
+        for sentence in passage_sentences(passage_body(hit)):
+            if sentence.key in seen or _restates(sentence.text, sentence.tokens, asked, question):
                 continue
-            seen.add(key)
-            heading = _width(sentence) < HEADING_WIDTH and not _ENDS_SENTENCE.search(sentence)
-            found.append(_Candidate(sentence, n, position, tokens, prior, heading))
+            seen.add(sentence.key)
+            found.append(_Candidate(sentence.text, n, sentence.position, sentence.tokens, prior, sentence.heading))
     return found
 
 
