@@ -61,11 +61,11 @@ class Units:
 
     words: tuple[str, ...]
     spans: tuple[tuple[int, int], ...]
-    sentences: tuple[int, ...] = ()  # the number of the text's sentence each unit is in
-    # Each distinct word's number, and the words as those numbers: a sentence's words are looked up once and
-    # compared with the whole text in one array comparison.
-    vocabulary: Mapping[str, int] = field(default_factory=dict, compare=False)
-    ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64), compare=False)
+    sentences: tuple[int, ...]  # the number of the text's sentence each unit is in
+    # Each distinct word's number, and the words as those numbers (`units` makes both): a sentence's words are
+    # looked up once and compared with the whole text in one array comparison.
+    vocabulary: Mapping[str, int] = field(compare=False)
+    ids: np.ndarray = field(compare=False)
 
     def ids_of(self, words: Sequence[str]) -> np.ndarray:
         """The numbers of these words in this text's vocabulary (-1 for a word it lacks)."""
@@ -201,8 +201,9 @@ def _local(said: np.ndarray, excerpt: Units, window: range, gap: int, last_word:
             # the ramp never falls), so copying it gives the very table the recurrence would.
             row[:] = above
             continue
-        # row[j] = max over k <= j of (max(above[j], above[j-1] + step where matched) + ramp[k]...) - ramp[j],
-        # floored at 0; computed in place (row[0] stays 0) to spare the small arrays' allocations.
+        # The recurrence in place (row[0] stays 0; no small arrays allocated): a cell is the best of the cell
+        # above, the diagonal plus a match's step, and any cell to its left less the gaps between (the running
+        # maximum of cell + ramp, less ramp), floored at 0.
         np.add(above[:-1], step, out=diagonal)
         diagonal *= matches[i - 1]  # 0 where not matched (as np.where(matched, ·, 0))
         np.maximum(above[1:], diagonal, out=row[1:])
