@@ -8,8 +8,11 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from benchmarks.app_cost import best_sentence, stub_words
-from benchmarks.app_drafts import draft
+from benchmarks.app_drafts import draft, record
+from rag.config import Settings
 from rag.core.ports import Delta
 from rag.core.types import Hit
 
@@ -66,3 +69,16 @@ def test_a_draft_is_what_the_model_streams_for_the_query_paths_messages() -> Non
     assert user.endswith("Question: What is Python used for?")
     nothing = _Engine([Hit("c", "Unrelated.", "x", 0.2)])
     assert draft(nothing, "What is Python used for?") is None and not nothing.llm.asked  # type: ignore[arg-type]
+
+
+@pytest.mark.integration
+def test_drafts_are_recorded_from_the_real_llm_and_replay_as_written(llm_settings: Settings, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAG_LLM_BASE_URL", llm_settings.llm_base_url)
+    monkeypatch.setenv("RAG_LLM_MODEL", llm_settings.llm_model)
+    out = tmp_path / "drafts.json"
+    kept = record(out, docs=3, concurrent=2)
+    assert kept and json.loads(out.read_text(encoding="utf-8")) == kept
+    question, text = next((q, t) for q, t in kept.items() if t.strip())
+    prompt = f"Excerpts:\n\nanything\n\nQuestion: {question}"
+    assert "".join(stub_words(prompt, kept)) == text.rstrip()
