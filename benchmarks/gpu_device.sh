@@ -46,7 +46,7 @@ wait_stack() {  # until the stack run ends or ~9.5 minutes pass; what it wrote g
   while [ ! -f "$G/stack.done" ] && [ $SECONDS -lt $deadline ]; do sleep 5; done
   cp "$G/stack.json" "$OUT/" 2>/dev/null
   tail -c 200000 "$G/stack.log" > "$OUT/stack.log" 2>/dev/null
-  tail -c 100000 "$G/stack-logs/vllm.log" > "$OUT/vllm.log" 2>/dev/null
+  for log in "$G"/stack-logs/vllm*.log; do tail -c 60000 "$log" > "$OUT/$(basename "$log")"; done 2>/dev/null
   tail -c 30000 "$G/stack-logs/worker-0.log" > "$OUT/worker-0.log" 2>/dev/null
   if [ -f "$G/stack.done" ]; then echo "stack finished"; else echo "stack still running"; fi
   tail -n 40 "$G/stack.log"

@@ -128,10 +128,15 @@ def test_gpu_ingest_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 def test_gpu_stack_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "stack.json"
     random.seed(0)
-    gpu_stack.main(["--quick", "--docs", str(SAMPLES), "--out", str(out), "--logs", str(tmp_path / "logs")])
+    gpu_stack.main(["--quick", "--docs", str(SAMPLES), "--out", str(out), "--logs", str(tmp_path / "logs"),
+                    "--variants", "default,mbt2048"])
     result = json.loads(out.read_text())
     configs = {row["config"] for row in result["rows"]}
-    assert configs == {"bare", "api-1"} and result["questions"] > 0
+    assert configs == {"bare", "api-1", "bare+mbt2048", "api-1+mbt2048"} and result["questions"] > 0
+    # Each variant's API is compared with its own bare vLLM, by first text and by first whole sentence.
+    assert set(result["ratio_to_bare"]) == set(result["ratio_to_bare_sentence"]) == {"api-1", "api-1+mbt2048"}
+    bare = [row for row in result["rows"] if row["config"].startswith("bare")]
+    assert all(row["ttfs_p99_ms"] >= row["ttft_p99_ms"] > 0 for row in bare)
     # The samples: the fake model's text (excerpt [1]'s opening words) and the API's answer to the same question.
     assert result["samples"] and all(s["bare"] and s["answer"] and s["mode"] for s in result["samples"])
     assert all(row["failed"] == 0 and row["ttft_p50_ms"] for row in result["rows"])
