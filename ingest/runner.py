@@ -20,6 +20,7 @@ from ingest.parse import ChunkSpec, ParsedDoc, init_worker, parse_file, read_acc
 from ingest.pipeline import NoProgress, Plan, Progress, Report, Task, build_chunks
 from ingest.scan import sidecar_bytes
 from rag.components.index import Index
+from rag.components.sentence_cache import QuoteVectors
 from rag.core.access import DocAccess
 from rag.core.ports import Embedder, Vectors
 from rag.core.types import Chunk
@@ -61,10 +62,11 @@ class Batch:
 
 def run_sync(plan: Plan, embedder: Embedder | None, store: Index, manifest: Manifest, spec: ChunkSpec,
              parse_timeout: float, progress: Progress | None = None, batch_chunks: int = 512, *,
-             parse_workers: int = 1, writers: int = 1) -> Report:
+             parse_workers: int = 1, writers: int = 1, quote_vectors: QuoteVectors | None = None) -> Report:
     """Carry out a plan; failures of single files are reported, never fatal; store errors are raised.
     `parse_workers` processes parse and chunk files ahead of the embedder; `writers` threads store embedded batches
-    (each batch whole documents, so they never touch the same document)."""
+    (each batch whole documents, so they never touch the same document); with `quote_vectors`, each batch's quotable
+    sentences are embedded while it is written (the quote ranking's vectors, made ahead of the questions)."""
     progress = progress or NoProgress()
     if plan.tasks and embedder is None:
         raise ValueError("an embedder is needed when the plan has files to ingest")
@@ -76,6 +78,8 @@ def run_sync(plan: Plan, embedder: Embedder | None, store: Index, manifest: Mani
         parsed = _parse_all(plan.tasks, spec, parse_timeout, report, progress, parse_workers)
         for batch in _embed(parsed, embedder, progress, batch_chunks) if embedder else ():
             writer.put(batch)
+            if quote_vectors is not None and embedder is not None:
+                quote_vectors.keep(batch.chunks, embedder)
     finally:
         writer.close()
     regroup(plan.regroups, store, manifest, report)

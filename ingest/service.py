@@ -16,10 +16,11 @@ from ingest.pipeline import Plan, Progress, Report, plan_sync
 from ingest.runner import remove_document, repair_pending, run_sync, warm_parsers
 from rag.components import filelock
 from rag.components.index import Index
+from rag.components.sentence_cache import QuoteVectors
 from rag.config import Settings
 from rag.core.errors import IngestBusy
 from rag.core.ports import Embedder
-from rag.wiring import App, tokenizer_path
+from rag.wiring import App, quote_vectors, tokenizer_path
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,6 +50,7 @@ class Library:
     limits: SyncLimits
     store: Callable[[], Index]
     embedder: Callable[[], Embedder]
+    quote_vectors: QuoteVectors | None = None  # made at ingest (RAG_QUOTE_VECTORS_AT_INGEST), else None
 
     def manifest(self, collection: str | None = None) -> Manifest:
         """The manifest of this collection (or of another one of the same store: a re-embed's generations)."""
@@ -94,7 +96,8 @@ class Library:
             spec = (ChunkSpec(tokenizer_path(limits.embed_model), limits.chunk_tokens, limits.overlap_tokens,
                               embedder.max_tokens) if embedder else ChunkSpec("", 0, 0, 0))
             report = run_sync(plan, embedder, store, manifest, spec, limits.parse_timeout_s, progress,
-                              limits.batch_chunks, parse_workers=limits.parse_workers, writers=limits.writers)
+                              limits.batch_chunks, parse_workers=limits.parse_workers, writers=limits.writers,
+                              quote_vectors=self.quote_vectors)
         return plan, report
 
     def settle_leftovers(self) -> list[str]:
@@ -155,7 +158,8 @@ def library(app: App, store: Index | None = None, embedder: Embedder | None = No
                         chunk_tokens=settings.chunk_tokens, overlap_tokens=settings.chunk_overlap_tokens)
     return Library(collection=store.name if store else app.collection, store_url=settings.chroma_url or "embedded",
                    index_dir=settings.index_dir, documents_dir=settings.documents_dir, wait_s=settings.ingest_wait_s,
-                   limits=limits, store=lambda: store or app.store, embedder=lambda: embedder or app.embedder)
+                   limits=limits, store=lambda: store or app.store, embedder=lambda: embedder or app.embedder,
+                   quote_vectors=quote_vectors(settings) if settings.quote_vectors_at_ingest else None)
 
 
 def sync(paths: Sequence[Path], settings: Settings, *, embedder: Embedder | None = None, store: Index | None = None,

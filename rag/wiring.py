@@ -24,7 +24,7 @@ from rag.components.models import model_cache_dir, resolve_embed_model
 from rag.components.onnx_embedder import ModelFolder, load_onnx_embedder, onnx_file
 from rag.components.paired_embedder import PAIR_SEPARATOR, PairedEmbedder, pair_parts
 from rag.components.rerank import CrossEncoderReranker
-from rag.components.sentence_cache import RememberedSentences
+from rag.components.sentence_cache import QuoteVectors, RememberedSentences
 from rag.components.store import ChromaStore
 from rag.components.unanswered import UnansweredStore
 from rag.config import EmbeddingSettings, LLMSettings, Settings, StorageSettings, load_settings
@@ -293,11 +293,17 @@ def build_engine(settings: Settings, embedder: Embedder | None = None, store: In
     llm = llm or build_llm(settings)
     retriever = build_retriever(settings, embedder, store, llm)
     tuning = settings.tuning
+    encoder = sentence_encoder(embedder)
     return QueryEngine(retriever, llm, top_k=settings.top_k, refusal_threshold=tuning.refusal_threshold,
                        refusal_threshold_cjk=tuning.refusal_threshold_cjk, mode=settings.answer_mode,
-                       encoder=RememberedSentences(sentence_encoder(embedder)),
+                       encoder=RememberedSentences(encoder, kept=quote_vectors(settings).file(encoder)),
                        max_answer_tokens=settings.max_answer_tokens, model_languages=settings.model_languages,
                        links=LinkPolicy.parse(settings.link_allowlist))
+
+
+def quote_vectors(settings: Settings) -> QuoteVectors:
+    """Where the quote ranking's sentence vectors are kept: beside the index, in the embedder's space."""
+    return QuoteVectors(settings.index_dir / "quote-vectors.sqlite3", settings.embed_backend, settings.embed_dtype)
 
 
 def build_feedback_store(settings: StorageSettings) -> FeedbackStore:

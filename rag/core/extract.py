@@ -85,8 +85,13 @@ class _Candidate:
 
 def passage_body(hit: Hit) -> str:
     """The chunk's text without the heading line that ingest puts first."""
-    prefix = f"{hit.headings}\n"
-    return hit.text[len(prefix):] if hit.headings and hit.text.startswith(prefix) else hit.text
+    return text_body(hit.text, hit.headings)
+
+
+def text_body(text: str, headings: str) -> str:
+    """A chunk's text without its first line when that is the chunk's headings (ingest puts them there)."""
+    prefix = f"{headings}\n"
+    return text[len(prefix):] if headings and text.startswith(prefix) else text
 
 
 def separate_headings(text: str) -> str:

@@ -22,6 +22,11 @@ class Chunk:
     title: str = ""
     access: DocAccess = DocAccess()
 
+    @property
+    def heading_path(self) -> str:
+        """The headings as stored and as ingest puts them on the text's first line: "Part > Section"."""
+        return " > ".join(self.headings)
+
     def metadata(self) -> dict[str, str | int | bool]:
         """Flat metadata for the vector store (Chroma accepts scalars only)."""
         meta: dict[str, str | int | bool] = {
@@ -29,7 +34,7 @@ class Chunk:
             "doc_id": self.doc_id,
             "content_hash": self.content_hash,
             "position": self.position,
-            "headings": " > ".join(self.headings),
+            "headings": self.heading_path,
             "title": self.title,
             **self.access.metadata(),
         }
