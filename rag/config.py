@@ -181,7 +181,7 @@ class IngestSettings(BaseSettings):
     ingest_batch_chunks: int = Field(default=1024, ge=1)
     parse_workers: int = Field(default=1, ge=1, le=64)
     ingest_writers: int = Field(default=1, ge=1, le=32)
-    quote_vectors_at_ingest: bool = True
+    quote_vectors_at_ingest: bool = False
     ingest_wait_s: float = Field(default=30.0, ge=0)
     watch_debounce_ms: int = Field(default=1000, ge=50, le=600_000)
     ingest_workers: int = Field(default=2, ge=1, le=64)

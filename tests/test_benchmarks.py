@@ -25,6 +25,8 @@ QUICK = {
                  "in-process query path, CPU ms per answer by stage:", "  total "],
     "access_latency": ["variant", "hybrid 3 groups", "worst filtered/unfiltered p50 ratio: ", "access violations"],
     "calibrate_refusal": ["answerable: 20 questions", "off-topic:  10 questions", "threshold "],
+    "quote_vectors": ["RAG_EMBED_MODEL=", "ingest CPU s: off ", "kept vectors: ",
+                      "quote ranking, CPU ms per question: ", "same quotes from the same excerpts: "],
     "query_overhead": ["400 chunks, 10 questions x 1 rounds", "bundled:all-MiniLM-L6-v2: p50 ",
                        "bundled:all-MiniLM-L6-v2+bundled:multilingual-e5-small ÷ bundled:all-MiniLM-L6-v2: p50 "],
     "regroup_cost": ["file", "systemd-uids-gids.md "],

@@ -135,7 +135,6 @@ def test_a_failed_write_is_skipped_and_the_answer_goes_on(tmp_path: Path) -> Non
     kept = SentenceVectorFile(path, "hashing")
     blocker = sqlite3.connect(path, timeout=0)
     blocker.execute("BEGIN EXCLUSIVE")  # another process holds the file
-    kept._local.db.execute("PRAGMA busy_timeout=0")
     try:
         rows = RememberedSentences(Counting(), kept=kept).embed_documents(["a b"])
     finally:
@@ -158,6 +157,7 @@ def test_an_ingested_folder_is_quoted_without_embedding_its_sentences_again(
     embedder = CountingEmbedder(sentence_encoder(real_embedder))
     write("hr/leave.md", "# Leave\nStaff get 25 days of annual leave per year. Unused days may be carried over to "
                          "the next year. Requests go to your manager through the HR portal.")
+    settings = settings.model_copy(update={"quote_vectors_at_ingest": True})
     service.sync([docs], settings, embedder=embedder)
     assert (settings.index_dir / "quote-vectors.sqlite3").exists()
     quoted, embedded = _quoted(settings, embedder)

@@ -33,6 +33,9 @@ SENTENCES = 4096
 # this many sentences of similar length: 56 -> 36 CPU ms per quoted answer (MiniLM, bf16, one thread; docs).
 SIMILAR_LENGTHS = 4
 LOOKUP_BATCH = 500  # keys per SELECT (SQLite's parameter limit is 32,766 on 3.32+, 999 before)
+# How long a write waits for another process's (readers never wait in WAL mode): an answer's few new vectors are
+# skipped rather than wait behind an ingest's batch; an ingest's batch waits for the answers' few rows.
+ANSWER_WAIT_S, INGEST_WAIT_S = 0.1, 30.0
 
 
 class SentenceVectorFile:
@@ -41,8 +44,8 @@ class SentenceVectorFile:
     processes (SQLite in WAL mode); a failed read is a miss and a failed write is skipped, never an error to the
     asker."""
 
-    def __init__(self, path: Path, space: str) -> None:
-        self._path, self._space = path, space
+    def __init__(self, path: Path, space: str, wait_s: float = ANSWER_WAIT_S) -> None:
+        self._path, self._space, self._wait_s = path, space, wait_s
         self._local = threading.local()
         self.usable = True
         try:
@@ -58,7 +61,7 @@ class SentenceVectorFile:
     def _db(self) -> sqlite3.Connection:
         db: sqlite3.Connection | None = getattr(self._local, "db", None)
         if db is None:
-            db = sqlite3.connect(self._path, timeout=5)
+            db = sqlite3.connect(self._path, timeout=self._wait_s)
             db.execute("PRAGMA journal_mode=WAL")  # readers never wait for a writer
             db.execute("PRAGMA synchronous=NORMAL")  # a cache: a row lost in a power cut is made again
             self._local.db = db
@@ -146,15 +149,15 @@ class QuoteVectors:
     backend: str
     dtype: str
 
-    def file(self, encoder: Embedder) -> SentenceVectorFile:
+    def file(self, encoder: Embedder, wait_s: float = ANSWER_WAIT_S) -> SentenceVectorFile:
         """The file, read and written in this encoder's space."""
-        return SentenceVectorFile(self.path, f"{encoder.name}|{self.backend}|{self.dtype}")
+        return SentenceVectorFile(self.path, f"{encoder.name}|{self.backend}|{self.dtype}", wait_s)
 
     def keep(self, chunks: Sequence[Chunk], embedder: Embedder) -> int:
         """Ingest's part: the quotable sentences of these chunks that the file lacks, embedded by the embedder's
         quote model (a pair's first) and kept; returns how many were embedded."""
         encoder = sentence_encoder(embedder)
-        return keep_chunk_sentences(chunks, encoder, self.file(encoder))
+        return keep_chunk_sentences(chunks, encoder, self.file(encoder, INGEST_WAIT_S))
 
 
 def keep_chunk_sentences(chunks: Sequence[Chunk], encoder: Encoder, kept: SentenceVectorFile) -> int:
