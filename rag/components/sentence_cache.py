@@ -165,7 +165,8 @@ def keep_chunk_sentences(chunks: Sequence[Chunk], encoder: Encoder, kept: Senten
     sorts them), and keep them; returns how many were embedded."""
     texts = dict.fromkeys(sentence.text for chunk in chunks
                           for sentence in passage_sentences(text_body(chunk.text, chunk.heading_path)))
-    missing = [text for text in texts if text not in kept.get(texts)]
+    found = kept.get(texts)
+    missing = [text for text in texts if text not in found]
     if missing:
         kept.put(dict(zip(missing, encoder.embed_documents(missing), strict=True)))
     return len(missing)
